@@ -1,0 +1,75 @@
+"""The exception tree. User errors carry a message fit to show as-is (CLI, Slack).
+
+    DoctorError                      base of everything we raise on purpose
+    ├── UserInputError               bad paste / argument; message says what to do
+    │   ├── EmptyInput
+    │   ├── InputTooLarge
+    │   └── BinaryInput
+    ├── ConfigError                  a setting or settings file is wrong
+    ├── IndexUnavailable             the search index could not be loaded or built
+    ├── LLMUnavailable               the explaining LLM is down, slow or answered nonsense
+    ├── PermissionDenied             chat user/channel may not do this
+    └── RunnerError                  remote checks could not run on a host
+        ├── UnknownHost
+        ├── HostUnreachable
+        ├── AuthFailed
+        └── HostKeyMismatch
+
+kb.KBError (a bad case file) lives with the KB, which imports nothing of ours.
+"""
+
+
+class DoctorError(Exception):
+    """Base class. `str(exc)` is a one-line message safe to show to the user."""
+
+
+class UserInputError(DoctorError):
+    pass
+
+
+class EmptyInput(UserInputError):
+    pass
+
+
+class InputTooLarge(UserInputError):
+    pass
+
+
+class BinaryInput(UserInputError):
+    pass
+
+
+class ConfigError(DoctorError):
+    pass
+
+
+class IndexUnavailable(DoctorError):
+    pass
+
+
+class LLMUnavailable(DoctorError):
+    pass
+
+
+class PermissionDenied(DoctorError):
+    pass
+
+
+class RunnerError(DoctorError):
+    pass
+
+
+class UnknownHost(RunnerError):
+    pass
+
+
+class HostUnreachable(RunnerError):
+    pass
+
+
+class AuthFailed(RunnerError):
+    pass
+
+
+class HostKeyMismatch(RunnerError):
+    pass

