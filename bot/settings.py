@@ -9,11 +9,11 @@ from __future__ import annotations
 import os
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import AliasChoices, Field
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic import AliasChoices, Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
 from bot.errors import ConfigError
 
@@ -129,6 +129,61 @@ class Settings(BaseSettings):
         validation_alias=AliasChoices("SLACK_API_URL", "slack_api_url"),
         description="Slack Web API base URL (ends with /); point it at a local emulator in tests.",
     )
+
+    # --- Slack bot behaviour (issue 4: Slack bot; bot/slack/) ----------------------------------------------
+    slack_watch_channels: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        validation_alias=AliasChoices("SLACK_WATCH_CHANNELS", "slack_watch_channels"),
+        description="Channel ids (comma-separated, e.g. C0123,C0456) where the bot answers messages that look "
+        "like error logs without being mentioned. The bot must be a member.",
+    )
+    slack_max_input_bytes: int = Field(
+        4 * 1024 * 1024,
+        gt=0,
+        validation_alias=AliasChoices("VLLM_DOCTOR_SLACK_MAX_BYTES", "slack_max_input_bytes"),
+        description="Largest log the Slack bot reads from a message, command or shared file; larger ones get a "
+        "short explanation instead of an answer.",
+    )
+    slack_workers: int = Field(
+        4,
+        ge=1,
+        le=64,
+        validation_alias=AliasChoices("VLLM_DOCTOR_SLACK_WORKERS", "slack_workers"),
+        description="Background workers for diagnoses, LLM explanations and host checks (acks never wait for them).",
+    )
+    slack_update_interval_s: float = Field(
+        1.0,
+        ge=0.0,
+        validation_alias=AliasChoices("VLLM_DOCTOR_SLACK_UPDATE_INTERVAL", "slack_update_interval_s"),
+        description="Least seconds between two edits of an answer while the LLM is writing (Slack rate-limits "
+        "chat.update).",
+    )
+    http_host: str = Field(
+        "0.0.0.0",
+        validation_alias=AliasChoices("VLLM_DOCTOR_HTTP_HOST", "http_host"),
+        description="Address the HTTP server binds: Slack requests in HTTP mode, /health in both modes.",
+    )
+    http_port: int = Field(
+        3000,
+        ge=0,
+        le=65535,
+        validation_alias=AliasChoices("VLLM_DOCTOR_HTTP_PORT", "http_port"),
+        description="Port of the HTTP server (POST /slack/events in HTTP mode; GET /health always; 0 = any free port).",
+    )
+    http_threads: int = Field(
+        8,
+        ge=1,
+        le=256,
+        validation_alias=AliasChoices("VLLM_DOCTOR_HTTP_THREADS", "http_threads"),
+        description="Request threads of the HTTP server (waitress).",
+    )
+
+    @field_validator("slack_watch_channels", mode="before")
+    @classmethod
+    def _split_channels(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
 
     @classmethod
     def settings_customise_sources(

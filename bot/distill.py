@@ -1,0 +1,262 @@
+"""Raw paste → the lines that matter (Distilled).
+
+One linear pass over the lines. A cheap keyword filter skips INFO noise; tracebacks are followed with a
+small state machine so the exception line and its last frames survive; lines repeated across ranks or
+workers collapse to their first occurrence. Line numbers always refer to the original paste.
+"""
+
+from __future__ import annotations
+
+import re
+from bisect import bisect_right
+from collections import deque
+from itertools import accumulate, islice
+
+from bot.errors import BinaryInput, EmptyInput, InputTooLarge
+from bot.models import Distilled, LogLine
+from bot.redact import redact
+from indexer.text import clean_line, mask, strip_ansi
+
+MAX_EVIDENCE = 40
+MAX_ROOTS = 12
+MAX_CANDIDATES = 3000  # cleaned lines kept for signature scanning
+FRAMES_PER_TRACEBACK = 3
+MAX_TRACEBACK_LINES = 400
+
+# Fast pre-filter: a line is looked at only if it contains one of these (lower-case) words. Finding
+# them with str.find over the lower-cased paste is far faster than a regex alternation per line, which is
+# what keeps a 10 MB paste under a second.
+_KEYWORDS = (
+    "error", "exception", "traceback", "warn", "fail", "fatal", "killed", "refused", "denied", "timeout",
+    "timed out", "not found", "no such", "cannot", "can't", "unable", "invalid", "mismatch", "unsupported",
+    "not supported", "only supported", "out of memory", "oom", "nccl", "cuda", "preempt", "pending:", "xid",
+    "bus error", "segmentation", "core dumped", "too old", "exceed", "larger than", "insufficient",
+    "no module", "undefined symbol", "not available", "does not", "must be", "abort", "panic", "errno",
+    "gated", "unauthori", "forbidden", "401", "403", "404", "address already in use", "no space left",
+    "shared memory", "trust_remote_code", "chat template", "deprecat", "slow", "hang", "stuck",
+    "不", "错", "失败", "异常",
+)
+_TRACEBACK_START = re.compile(r"Traceback \(most recent call last\)")
+_FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+), in (\S+)')
+_EXCEPTION_LINE = re.compile(
+    r"^(?:[A-Za-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure|Fault|Warning)\b(?::|$)"
+)
+_ROOT_MARKERS = re.compile(
+    r"CUDA error|CUBLAS_STATUS|cudaError|NCCL WARN|NCCL error|nccl\w*Error|\bXid\b|Bus error|"
+    r"Segmentation fault|core dumped|Fatal Python error|\[Errno \d+\]|out of memory|"
+    r"^(?:RuntimeError|ValueError|AssertionError|OSError|ImportError|ModuleNotFoundError|TypeError|KeyError)\b|"
+    r"^[\w.]*(?:Error|Exception): |^Killed$|^E\d{4} |^error: |^ERROR: "
+)
+_LEVEL_ERROR = re.compile(r"^\S*\s*(?:ERROR|CRITICAL)\b")
+_CHAINED = re.compile(r"^(?:The above exception was the direct cause|During handling of the above exception)")
+_CJK = re.compile(r"[\u4e00-\u9fff]")
+
+
+def decode_input(data: str | bytes, max_bytes: int) -> tuple[str, tuple[str, ...]]:
+    """Bytes or text → text, refusing empty, binary and oversized input with a specific message."""
+    size = len(data.encode("utf-8", "surrogatepass")) if isinstance(data, str) and len(data) > max_bytes // 4 else len(data)
+    if size > max_bytes:
+        raise InputTooLarge(
+            f"The log is {size / 1e6:.1f} MB; the limit is {max_bytes / 1e6:.0f} MB. "
+            "Paste the last part of the log: the error is usually at the end."
+        )
+    notes: list[str] = []
+    if isinstance(data, bytes):
+        head = data[:8192]
+        if b"\x00" in head or (head and sum(b < 9 or 13 < b < 32 for b in head) / len(head) > 0.1):
+            raise BinaryInput(
+                "This looks like a binary file, not a text log. Paste the text of the error output "
+                "(or attach the .log/.txt file)."
+            )
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            try:
+                text = data.decode("gb18030")
+                notes.append("decoded as GB18030 (not UTF-8)")
+            except UnicodeDecodeError:
+                text = data.decode("utf-8", errors="replace")
+                notes.append("invalid UTF-8 bytes were replaced with U+FFFD")
+    else:
+        text = data
+        if "\x00" in text[:8192]:
+            raise BinaryInput("This looks like binary data, not a text log. Paste the text of the error output.")
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    if not text.strip():
+        raise EmptyInput("The log is empty. Paste the error output of vLLM (the last 50-100 lines are usually enough).")
+    return text, tuple(notes)
+
+
+def _is_frame_or_code(cleaned: str) -> bool:
+    return cleaned.startswith((" ", "\t")) or cleaned.lstrip().startswith(("^", "~"))
+
+
+def _interesting_lines(text_lower: str, offsets: list[int]) -> list[int]:
+    """Indices of lines containing a keyword, found with str.find (linear, C speed)."""
+    found: set[int] = set()
+    n_lines = len(offsets) - 1
+    for kw in _KEYWORDS:
+        pos = text_lower.find(kw)
+        while pos != -1:
+            idx = bisect_right(offsets, pos) - 1
+            found.add(idx)
+            if idx + 1 >= n_lines:
+                break
+            pos = text_lower.find(kw, offsets[idx + 1])
+    return sorted(found)
+
+
+def distill(text: str, notes: tuple[str, ...] = ()) -> Distilled:
+    """Distil a decoded paste. Linear in its size."""
+    total_bytes = len(text)
+    if "\x1b" in text:
+        text = strip_ansi(text)
+    if "\r" in text:
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
+    lines = text.split("\n")
+    offsets = list(accumulate((len(line) + 1 for line in lines), initial=0))
+    interesting = _interesting_lines(text.lower(), offsets)
+    cjk = sum(1 for _ in islice(_CJK.finditer(text), 6))
+
+    seen: set[str] = set()  # masked text of lines already kept (folds ranks / repeats)
+    roots: list[LogLine] = []
+    frames_for_root: dict[int, list[LogLine]] = {}
+    context: list[LogLine] = []
+    candidates: deque[LogLine] = deque(maxlen=MAX_CANDIDATES)
+    head_candidates: list[LogLine] = []  # the first lines are kept too: the root error is often early
+    dangling_frames: list[LogLine] = []
+    next_free = 0  # lines before this index were consumed by a traceback walk
+
+    seen_raw: set[str] = set()
+    for idx in interesting:
+        if idx < next_free:
+            continue
+        raw = lines[idx]
+        if raw in seen_raw:  # exact repeats cost one set lookup
+            continue
+        seen_raw.add(raw)
+        cleaned = clean_line(raw)
+        stripped = cleaned.strip()
+        if not stripped:
+            continue
+        if _TRACEBACK_START.search(stripped):
+            exc, frames, next_free = _walk_traceback(lines, idx + 1)
+            if exc is None:
+                dangling_frames = frames
+                continue
+            key = mask(exc.text)
+            if key not in seen:
+                seen.add(key)
+                roots.append(exc)
+                frames_for_root[exc.line_no] = frames
+                _keep(candidates, head_candidates, exc)
+            continue
+        key = mask(stripped)
+        if key in seen or _CHAINED.match(stripped):
+            continue
+        seen.add(key)
+        is_root = bool(_ROOT_MARKERS.search(stripped) or _EXCEPTION_LINE.match(stripped)) or bool(
+            _LEVEL_ERROR.match(raw.lstrip()) and not _is_frame_or_code(cleaned)
+        )
+        line = LogLine(idx + 1, stripped, "root" if is_root else "context")
+        (roots if is_root else context).append(line)
+        _keep(candidates, head_candidates, line)
+
+    if dangling_frames:  # a paste cut off inside a traceback: its last frames are evidence
+        for frame in dangling_frames:
+            _keep(candidates, head_candidates, frame)
+        context.extend(dangling_frames)
+
+    evidence = _select_evidence(roots, frames_for_root, context, lines)
+    by_line = {c.line_no: c for c in (*head_candidates, *candidates)}
+    cleaned_all = tuple(sorted(by_line.values(), key=lambda c: c.line_no)) or evidence
+    root_errors = tuple(_redact_line(r) for r in _limit_roots(roots))
+    evidence = tuple(_redact_line(e) for e in evidence)
+    return Distilled(
+        evidence=evidence,
+        root_errors=root_errors,
+        query=_build_query(root_errors, evidence),
+        total_lines=len(lines),
+        total_bytes=total_bytes,
+        language="zh" if cjk >= 6 else "en",
+        notes=notes,
+        cleaned=cleaned_all,
+    )
+
+
+def _walk_traceback(lines: list[str], start: int) -> tuple[LogLine | None, list[LogLine], int]:
+    """Follow a traceback from the line after its header to its exception line.
+
+    Returns (exception line or None if the paste ends inside it, last frames, index after it)."""
+    frames: deque[LogLine] = deque(maxlen=FRAMES_PER_TRACEBACK * 2)
+    idx = start
+    limit = min(len(lines), start + MAX_TRACEBACK_LINES)
+    while idx < limit:
+        cleaned = clean_line(lines[idx])
+        if not cleaned.strip():
+            idx += 1
+            continue
+        if _FRAME.match(cleaned) or _is_frame_or_code(cleaned):
+            frames.append(LogLine(idx + 1, cleaned, "frame"))
+            idx += 1
+            continue
+        return LogLine(idx + 1, cleaned.strip(), "root"), list(frames), idx + 1
+    return None, list(frames), idx
+
+
+def _keep(candidates: deque[LogLine], head: list[LogLine], line: LogLine) -> None:
+    if len(head) < 200:
+        head.append(line)
+    else:
+        candidates.append(line)
+
+
+def _limit_roots(roots: list[LogLine]) -> list[LogLine]:
+    if len(roots) <= MAX_ROOTS:
+        return roots
+    return roots[:4] + roots[-(MAX_ROOTS - 4):]
+
+
+def _select_evidence(
+    roots: list[LogLine], frames_for_root: dict[int, list[LogLine]], context: list[LogLine], lines: list[str]
+) -> tuple[LogLine, ...]:
+    chosen: dict[int, LogLine] = {}
+    for root in _limit_roots(roots):
+        chosen[root.line_no] = root
+        for frame in frames_for_root.get(root.line_no, [])[-FRAMES_PER_TRACEBACK * 2:]:
+            chosen.setdefault(frame.line_no, frame)
+    room = MAX_EVIDENCE - len(chosen)
+    if room > 0 and context:
+        # Context lines closest to (before) a root error matter most; without roots, the last ones.
+        anchors = [r.line_no for r in roots] or [len(lines) + 1]
+        ranked = sorted(context, key=lambda c: min((a - c.line_no) if a >= c.line_no else 10**9 for a in anchors))
+        for c in ranked[:room]:
+            chosen.setdefault(c.line_no, c)
+    if not chosen:  # nothing looked like an error: keep the last lines so the user sees what we saw
+        tail = [(i + 1, clean_line(raw).strip()) for i, raw in enumerate(lines) if raw.strip()][-20:]
+        for line_no, text in tail:
+            if text:
+                chosen[line_no] = LogLine(line_no, text, "context")
+    return tuple(sorted(chosen.values(), key=lambda c: c.line_no)[:MAX_EVIDENCE])
+
+
+def _redact_line(line: LogLine) -> LogLine:
+    red = redact(line.text)
+    return line if red == line.text else LogLine(line.line_no, red, line.kind)
+
+
+def _build_query(roots: tuple[LogLine, ...], evidence: tuple[LogLine, ...]) -> str:
+    """Masked query: root errors first (the dense encoder reads ~256 tokens), then frames and context."""
+    parts: list[str] = []
+    seen: set[str] = set()
+    for line in (*roots, *evidence):
+        text = line.text
+        m = _FRAME.match(text)
+        if m:  # a frame contributes its module and function names, not the path noise
+            text = f"{m.group(1).rsplit('/', 1)[-1]} {m.group(3)}"
+        masked = mask(text)
+        if masked and masked not in seen:
+            seen.add(masked)
+            parts.append(masked)
+    return "\n".join(parts)[:6000]

@@ -1,0 +1,210 @@
+"""Distilled log → ranked KB matches with evidence and a verdict.
+
+Three signals, strongest first:
+1. signatures: exact regex fingerprints from the case files (elastic-recheck style) on the cleaned lines;
+2. BM25 over the masked query (exact tokens: flags, error names, library names);
+3. dense MiniLM cosine over the same query (paraphrases, reordered messages).
+Retrieval scores are fused (weighted, or reciprocal-rank fusion: chosen by `vllm-doctor eval`), then
+mapped to a 0..1 confidence. The verdict comes from calibrated thresholds (docs/matching.md): a confident
+wrong answer is worse than "unknown", so "match" needs a signature hit or very strong agreement.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+from bot.models import Distilled, Evidence, LogLine, Match, Verdict
+from kb.loader import KnowledgeBase
+from kb.schema import Case
+
+Mode = Literal["hybrid", "bm25", "dense"]
+Fusion = Literal["weighted", "rrf"]
+
+TOP_K = 5
+RRF_K = 60
+# Calibrated on tests/eval/dev.jsonl with `vllm-doctor eval` (see docs/matching.md for the sweep).
+DEFAULT_MATCH_THRESHOLD = 0.70
+DEFAULT_UNCERTAIN_THRESHOLD = 0.40
+# Dense cosine between a masked log and a case is ~0.15 for unrelated text and ~0.8 for a paraphrase.
+DENSE_FLOOR, DENSE_CEIL = 0.25, 0.80
+
+_WORD = re.compile(r"[a-z][a-z0-9_]{2,}")
+_STOP = frozenset(
+    "the and for with that this from are was not you your has have but use when num path hex uuid into "
+    "its can will than then more most file line none true false self".split()
+)
+
+
+class SearchHit(Protocol):
+    case_id: str
+    dense: float
+    bm25: float
+    dense_rank: int | None
+    bm25_rank: int | None
+
+
+class SearchIndex(Protocol):
+    def search(self, query: str, k: int = 10) -> Sequence[SearchHit]: ...
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    match: float = DEFAULT_MATCH_THRESHOLD
+    uncertain: float = DEFAULT_UNCERTAIN_THRESHOLD
+
+    def verdict(self, score: float) -> Verdict:
+        if score >= self.match:
+            return "match"
+        if score >= self.uncertain:
+            return "uncertain"
+        return "unknown"
+
+
+@dataclass(frozen=True)
+class SignatureHit:
+    line: LogLine
+    pattern: str
+
+
+def _scoped_flags(pattern: str) -> str:
+    """'(?i)foo' → '(?i:foo)' so patterns with global flags can sit inside one alternation."""
+    m = re.match(r"^\(\?([aiLmsux]+)\)", pattern)
+    return f"(?{m.group(1)}:{pattern[m.end():]})" if m else pattern
+
+
+class SignatureScanner:
+    """All case signatures; one combined regex pre-filters lines so most lines cost a single search."""
+
+    def __init__(self, cases: Iterable[Case]):
+        self._patterns: list[tuple[str, str, re.Pattern[str]]] = []
+        for case in cases:
+            for pattern in case.signatures:
+                self._patterns.append((case.id, pattern, re.compile(pattern)))
+        try:
+            combined = "|".join(f"(?:{_scoped_flags(p)})" for _, p, _ in self._patterns)
+            self._prefilter: re.Pattern[str] | None = re.compile(combined) if combined else None
+        except re.error:
+            self._prefilter = None
+
+    def scan(self, lines: Iterable[LogLine]) -> dict[str, list[SignatureHit]]:
+        hits: dict[str, list[SignatureHit]] = {}
+        for line in lines:
+            if self._prefilter is not None and not self._prefilter.search(line.text):
+                continue
+            for case_id, pattern, compiled in self._patterns:
+                if compiled.search(line.text):
+                    bucket = hits.setdefault(case_id, [])
+                    if len(bucket) < 5 and all(h.line.line_no != line.line_no for h in bucket):
+                        bucket.append(SignatureHit(line, pattern))
+        return hits
+
+
+def _words(text: str) -> set[str]:
+    return {w for w in _WORD.findall(text.lower()) if w not in _STOP}
+
+
+class Matcher:
+    def __init__(
+        self,
+        kb: KnowledgeBase,
+        index: SearchIndex,
+        thresholds: Thresholds | None = None,
+        fusion: Fusion = "weighted",
+    ):
+        self.kb = kb
+        self.cases = kb.by_id()
+        self.index = index
+        self.thresholds = thresholds or Thresholds()
+        self.fusion: Fusion = fusion
+        self.scanner = SignatureScanner(kb.cases)
+        self._case_words = {c.id: _words(c.search_text() + " " + " ".join(e.log for e in c.examples)) for c in kb.cases}
+
+    # -- scoring -----------------------------------------------------------------------------------
+    def _retrieval_scores(self, query: str, mode: Mode) -> dict[str, tuple[float, dict[str, float]]]:
+        if not query.strip():
+            return {}
+        hits = list(self.index.search(query, k=20))
+        if not hits:
+            return {}
+        top_bm25 = max((h.bm25 for h in hits), default=0.0) or 1.0
+        out: dict[str, tuple[float, dict[str, float]]] = {}
+        for h in hits:
+            dense = max(0.0, min(1.0, (h.dense - DENSE_FLOOR) / (DENSE_CEIL - DENSE_FLOOR)))
+            bm25 = max(0.0, h.bm25 / top_bm25) if h.bm25 > 0 else 0.0
+            # A lexical score is only meaningful when the query shares rare words with the case.
+            if mode == "dense":
+                score = dense
+            elif mode == "bm25":
+                score = bm25 * min(1.0, h.bm25 / 8.0)
+            elif self.fusion == "rrf":
+                rrf = sum(1.0 / (RRF_K + r) for r in (h.dense_rank, h.bm25_rank) if r is not None)
+                score = rrf / (2.0 / (RRF_K + 1)) * dense ** 0.5
+            else:
+                score = 0.7 * dense + 0.3 * bm25 * min(1.0, h.bm25 / 8.0)
+            out[h.case_id] = (
+                score,
+                {"dense": round(h.dense, 4), "bm25": round(h.bm25, 4), "retrieval": round(score, 4)},
+            )
+        return out
+
+    def match(self, distilled: Distilled, mode: Mode = "hybrid") -> tuple[Verdict, tuple[Match, ...]]:
+        sig_hits = self.scanner.scan(distilled.cleaned or distilled.evidence) if mode == "hybrid" else {}
+        retrieval = self._retrieval_scores(distilled.query, mode)
+        root_lines = {r.line_no for r in distilled.root_errors}
+
+        scored: list[tuple[float, int, str, dict[str, float]]] = []
+        for case_id in set(sig_hits) | set(retrieval):
+            case = self.cases.get(case_id)
+            if case is None:
+                continue
+            r, parts = retrieval.get(case_id, (0.0, {}))
+            parts = dict(parts)
+            hits = sig_hits.get(case_id, [])
+            if hits:
+                on_root = any(h.line.line_no in root_lines for h in hits)
+                base = (0.55 if case.secondary else 0.80 if on_root else 0.72)
+                score = base + 0.2 * r
+                tier = 1 if case.secondary else 2
+                parts["signature"] = 1.0
+            else:
+                score = 0.75 * r
+                tier = 0
+            parts["score"] = round(score, 4)
+            scored.append((score, tier, case_id, parts))
+
+        # Root-cause signature hits first; secondary hits and retrieval-only cases compete on score.
+        scored.sort(key=lambda s: (s[1] == 2, s[0]), reverse=True)
+        matches = []
+        for score, _tier, case_id, parts in scored[:TOP_K]:
+            case = self.cases[case_id]
+            matches.append(
+                Match(
+                    case_id=case_id,
+                    title=case.title,
+                    title_zh=case.title_zh,
+                    area=case.area,
+                    score=round(min(score, 1.0), 3),
+                    signature_hit=case_id in sig_hits,
+                    evidence=self._evidence(case_id, sig_hits.get(case_id, []), distilled),
+                    scores=parts,
+                )
+            )
+        verdict = self.thresholds.verdict(matches[0].score) if matches else "unknown"
+        return verdict, tuple(matches)
+
+    def _evidence(self, case_id: str, hits: list[SignatureHit], distilled: Distilled) -> tuple[Evidence, ...]:
+        if hits:
+            return tuple(Evidence(h.line.line_no, h.line.text, f"signature: {h.pattern}") for h in hits[:3])
+        words = self._case_words[case_id]
+        ranked = []
+        for line in distilled.root_errors or distilled.evidence:
+            overlap = _words(line.text) & words
+            if overlap:
+                ranked.append((len(overlap), line, sorted(overlap)[:6]))
+        ranked.sort(key=lambda t: -t[0])
+        return tuple(
+            Evidence(line.line_no, line.text, "shared terms: " + ", ".join(terms)) for _, line, terms in ranked[:3]
+        )

@@ -1,0 +1,164 @@
+"""The engine, read this first. Both flows start here and data flows one way:
+
+    paste  → decode_input → distill → Matcher.match (signatures + BM25 + dense) → Diagnosis
+           → Explainer (optional LLM, falls back to the KB case) → reply (CLI / Slack)
+
+`Doctor` owns the loaded KB, the index and the explainer; build it once per process.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from bot.distill import decode_input, distill
+from bot.match import Matcher, Mode, Thresholds
+from bot.models import Diagnosis
+from bot.settings import Settings, get_settings
+from kb.loader import DEFAULT_CASES_DIR, KnowledgeBase, case_files, load_kb
+from kb.schema import Case
+
+if TYPE_CHECKING:
+    from bot.explain import Explainer, Explanation
+
+log = logging.getLogger(__name__)
+
+
+class Doctor:
+    def __init__(self, settings: Settings, kb: KnowledgeBase | None = None):
+        self.settings = settings
+        self.cases_dir = Path(settings.kb_dir) if settings.kb_dir else DEFAULT_CASES_DIR
+        self._lock = threading.RLock()
+        self._kb = kb or load_kb(self.cases_dir, strict=False)
+        for err in self._kb.errors:
+            log.error("KB lint error, case skipped: %s", err)
+        self._kb_stamp = self._stamp()
+        self._index: Any = None
+        self._encoder_instance: Any = None
+        self._matcher: Matcher | None = None
+        self._explainer: Explainer | None | bool = False  # False = not resolved yet
+        self.thresholds = Thresholds(
+            match=settings.match_threshold if settings.match_threshold is not None else Thresholds.match,
+            uncertain=(
+                settings.uncertain_threshold if settings.uncertain_threshold is not None else Thresholds.uncertain
+            ),
+        )
+
+    @classmethod
+    def from_settings(cls, settings: Settings | None = None) -> Doctor:
+        return cls(settings or get_settings())
+
+    # -- KB and index ------------------------------------------------------------------------------
+    @property
+    def kb(self) -> KnowledgeBase:
+        return self._kb
+
+    def case(self, case_id: str) -> Case:
+        return self._kb.by_id()[case_id]
+
+    def _stamp(self) -> tuple[tuple[str, int, int], ...]:
+        """Cheap change detector for hand-edited YAML: names, sizes and mtimes of the case files."""
+        out = []
+        for p in case_files(self.cases_dir):
+            try:
+                st = p.stat()
+            except OSError:
+                continue
+            out.append((str(p), st.st_size, st.st_mtime_ns))
+        return tuple(out)
+
+    def reload_if_changed(self) -> bool:
+        """Pick up edited, added or removed case files. A broken file is logged and skipped; the others
+        (and their index entries) keep serving. Returns True when the KB changed."""
+        stamp = self._stamp()
+        if stamp == self._kb_stamp:
+            return False
+        with self._lock:
+            kb = load_kb(self.cases_dir, strict=False)
+            for err in kb.errors:
+                log.error("KB lint error, keeping the last good version of the others: %s", err)
+            self._kb_stamp = stamp
+            if kb.content_hash == self._kb.content_hash:
+                return False
+            self._kb = kb
+            if self._index is not None:
+                self._index = self._open_index(kb)  # incremental: only changed cases are re-embedded
+                self._matcher = Matcher(kb, self._index, self.thresholds)
+            return True
+
+    def _encoder(self) -> Any:
+        """The embedding model, loaded once per process and only when a dense query needs it."""
+        with self._lock:
+            if self._encoder_instance is None:
+                from indexer.encoder import SentenceTransformerEncoder
+
+                self._encoder_instance = SentenceTransformerEncoder(self.settings.embed_model_path)
+            return self._encoder_instance
+
+    def _open_index(self, kb: KnowledgeBase) -> Any:
+        from indexer.index import KBIndex
+
+        return KBIndex.open(kb, Path(self.settings.index_dir), self._encoder)
+
+    @property
+    def index(self) -> Any:
+        with self._lock:
+            if self._index is None:
+                self._index = self._open_index(self._kb)
+            return self._index
+
+    @property
+    def matcher(self) -> Matcher:
+        with self._lock:
+            if self._matcher is None:
+                self._matcher = Matcher(self._kb, self.index, self.thresholds)
+            return self._matcher
+
+    # -- flow 1: paste → diagnosis -----------------------------------------------------------------
+    def diagnose(self, data: str | bytes, mode: Mode = "hybrid") -> Diagnosis:
+        """Raises bot.errors.UserInputError (EmptyInput, BinaryInput, InputTooLarge) for bad input."""
+        started = time.perf_counter()
+        self.reload_if_changed()
+        text, notes = decode_input(data, self.settings.max_input_bytes)
+        distilled = distill(text, notes)
+        verdict, matches = self.matcher.match(distilled, mode=mode)
+        return Diagnosis(verdict, matches, distilled, elapsed_ms=(time.perf_counter() - started) * 1000)
+
+    # -- explanation (LLM when configured, KB-only otherwise) ----------------------------------------
+    @property
+    def explainer(self) -> Explainer | None:
+        if self._explainer is False:
+            from bot.explain import Explainer
+
+            self._explainer = Explainer.from_settings(self.settings)
+        return self._explainer  # type: ignore[return-value]
+
+    def _top_cases(self, diagnosis: Diagnosis) -> list[Case]:
+        by_id = self._kb.by_id()
+        return [by_id[m.case_id] for m in diagnosis.matches[:3] if m.case_id in by_id]
+
+    def explain(
+        self, diagnosis: Diagnosis, host_facts: dict | None = None, language: str | None = None, use_llm: bool = True
+    ) -> Explanation:
+        from bot.explain import kb_only_explanation
+
+        cases = self._top_cases(diagnosis)
+        explainer = self.explainer if use_llm else None
+        if explainer is None:
+            return kb_only_explanation(diagnosis, cases, language=language, note=None)
+        return explainer.explain(diagnosis, cases, host_facts=host_facts, language=language)
+
+    def explain_stream(
+        self, diagnosis: Diagnosis, host_facts: dict | None = None, language: str | None = None
+    ) -> Iterator[str | Explanation]:
+        from bot.explain import kb_only_explanation
+
+        cases = self._top_cases(diagnosis)
+        if self.explainer is None:
+            yield kb_only_explanation(diagnosis, cases, language=language, note=None)
+            return
+        yield from self.explainer.stream(diagnosis, cases, host_facts=host_facts, language=language)

@@ -1,0 +1,226 @@
+"""Remove secrets from text before it reaches the LLM, Slack, the KB or a log file.
+
+One shared function, `redact(text)`, used everywhere. A secret is replaced by `[REDACTED:<kind>]`; the
+text around it is kept, and for key/value pairs, headers and URLs the key, header name, user name and host
+stay visible, because they help a reader understand the log.
+
+Speed and safety on large pastes (10 MB):
+- every rule has literal trigger strings; the rule's regex runs only if one of them occurs in the
+  lower-cased text (`str.__contains__` is far faster than a regex scan, and most logs hold no secrets);
+- every pattern starts at a literal or a short bounded prefix and uses bounded quantifiers over
+  disjoint character classes, so no pattern can backtrack catastrophically: the work per start position
+  is bounded and the total is linear in the text length.
+
+What is deliberately NOT redacted: hex addresses, sha256 digests, UUIDs, request ids, version strings,
+host names and IP addresses. They carry diagnostic value and are not credentials.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+MARK = "[REDACTED:{kind}]"
+
+
+@dataclass(frozen=True)
+class _Rule:
+    """One secret shape. With `caseless`, the pattern is written in lower case and run over the
+    lower-cased text (a short case-sensitive alternation scans ~8x faster than re.IGNORECASE or a list of
+    spellings); the spans found there are cut out of the original text."""
+
+    kind: str
+    pattern: re.Pattern[str]
+    triggers: tuple[str, ...]  # lower-case literals; the rule is skipped when none occurs
+    keep_head: bool = False  # the named group "head" (key name, header, user) stays in front of the mark
+    caseless: bool = False
+    fallback: re.Pattern[str] | None = None  # IGNORECASE twin, for text whose lower() changes its length
+
+    def apply(self, text: str, lowered: str) -> tuple[str, int]:
+        mark = MARK.format(kind=self.kind)
+        if not self.caseless:
+            if self.keep_head:
+                return self.pattern.subn(lambda m: m.group("head") + mark, text)
+            return self.pattern.subn(mark, text)
+        if len(lowered) != len(text):  # e.g. "İ".lower() is two characters: spans would not line up
+            assert self.fallback is not None
+            return self.fallback.subn(lambda m: (m.group("head") if self.keep_head else "") + mark, text)
+        pieces: list[str] = []
+        last = 0
+        count = 0
+        for m in self.pattern.finditer(lowered):
+            cut = m.end("head") if self.keep_head else m.start()
+            pieces += [text[last:cut], mark]
+            last = m.end()
+            count += 1
+        if not count:
+            return text, 0
+        pieces.append(text[last:])
+        return "".join(pieces), count
+
+
+def _rule(
+    kind: str, pattern: str, triggers: tuple[str, ...], *, keep_head: bool = False, caseless: bool = False
+) -> _Rule:
+    fallback = re.compile(pattern, re.IGNORECASE) if caseless else None
+    return _Rule(kind, re.compile(pattern), tuple(t.lower() for t in triggers), keep_head, caseless, fallback)
+
+
+def _word_start(literal: str) -> str:
+    """`literal` at the start of a word. The boundary is checked by a lookbehind AFTER the literal, so the
+    pattern still begins with a literal and the engine can jump between occurrences (25x faster than \\b)."""
+    return re.escape(literal) + f"(?<![A-Za-z0-9_]{re.escape(literal)})"
+
+
+# A value that is not a placeholder: not a mark we already wrote, not a template or shell variable,
+# not None/null/true/false. Written for the lower-cased text (caseless rules).
+_VALUE = r"(?![\[<${(*])(?!(?:none|null|nil|true|false|undefined)\b)[^\s'\",;&)}\]]{3,512}"
+_SEP = r"['\"]?+\s{0,8}+(?:=|:(?!//))\s{0,8}+['\"]?+"  # key/value separator with optional quotes
+
+
+def _words(*words: str) -> str:
+    return "(?:" + "|".join(re.escape(w) for w in sorted(words, key=lambda w: (-len(w), w))) + ")"
+
+
+# Words that end a secret-bearing key (compared lower-cased): HF_TOKEN, db_password, AccountKey, ...
+_SECRET_KEY_WORDS = _words(
+    "password", "passwd", "passphrase", "secret", "token", "credential", "credentials",
+    "apikey", "api_key", "api-key", "accesskey", "access_key", "secretkey", "secret_key",
+    "privatekey", "private_key", "accountkey", "account_key", "authkey", "auth_key", "sharedkey",
+)  # fmt: skip
+
+_RULES: tuple[_Rule, ...] = (
+    # --- blocks and structured carriers first, so the token rules below see only what remains ----------
+    _rule(
+        "private-key",
+        r"-----BEGIN[A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----"
+        r"(?:[\s\S]{0,20000}?-----END[A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----|[A-Za-z0-9+/=\s:,-]{0,20000})",
+        ("private key",),
+    ),
+    # scheme://user:password@host → keep the user name and host, drop the password
+    _rule(
+        "url-password",
+        r"(?P<head>://[^\s:/@'\"<>]{0,256}+:)(?P<pw>[^\s/@'\"<>]{1,512})(?=@)",
+        ("://",),
+        keep_head=True,
+    ),
+    _rule(
+        "slack-webhook",
+        r"https://hooks\.slack(?:-gov)?\.com/(?:services|workflows|triggers)/[A-Za-z0-9/_-]{8,256}",
+        ("hooks.slack",),
+    ),
+    # Authorization/Cookie-style headers: keep the header name (and auth scheme), drop the value
+    _rule(
+        "auth-header",
+        r"(?P<head>authorization\s{0,8}+[:=]\s{0,8}+['\"]?+"
+        r"(?>(?:(?:bearer|basic|token|digest|apikey|key)\s{1,8}+)?))(?![\[<$])[^\s'\",]{1,2048}",
+        ("authorization",),
+        keep_head=True,
+        caseless=True,
+    ),
+    _rule(
+        "auth-header",
+        r"(?P<head>(?:api-key|auth-token|cookie)\s{0,8}+:\s{0,8}+['\"]?+)"
+        r"(?![\[<$])[^\r\n'\"]{1,2048}",
+        ("api-key", "auth-token", "cookie"),
+        keep_head=True,
+        caseless=True,
+    ),
+    _rule(
+        "bearer-token",
+        r"(?P<head>bearer\s{1,8}+)(?![\[<$])[a-z0-9._~+/=-]{8,2048}",
+        ("bearer",),
+        keep_head=True,
+        caseless=True,
+    ),
+    # --- vendor token shapes (prefix + body) --------------------------------------------------------
+    _rule("hf-token", _word_start("hf_") + r"[A-Za-z0-9]{30,64}\b", ("hf_",)),
+    _rule("hf-token", _word_start("api_org_") + r"[A-Za-z0-9]{30,64}\b", ("api_org_",)),
+    _rule("anthropic-key", _word_start("sk-ant-") + r"(?:api|admin|sid)\d{2}-[A-Za-z0-9_-]{20,256}", ("sk-ant-",)),
+    _rule("openai-key", _word_start("sk-") + r"(?:proj-|svcacct-|admin-|None-)?[A-Za-z0-9_-]{20,256}", ("sk-",)),
+    _rule("stripe-key", r"_(?:live|test)_(?<=\b[spr]k_live_|\b[spr]k_test_)[A-Za-z0-9]{16,128}\b", ("_live_", "_test_")),
+    _rule("slack-token", _word_start("xox") + r"(?:[abposr]|e\.xox[bp]|e)-[A-Za-z0-9-]{10,256}", ("xox",)),
+    _rule("slack-token", _word_start("xapp-") + r"\d-[A-Za-z0-9-]{10,256}", ("xapp-",)),
+    _rule("github-token", _word_start("gh") + r"[pousr]_[A-Za-z0-9]{36,255}\b", ("ghp_", "gho_", "ghu_", "ghs_", "ghr_")),
+    _rule("github-token", _word_start("github_pat_") + r"[A-Za-z0-9_]{22,255}\b", ("github_pat_",)),
+    _rule(
+        "gitlab-token",
+        _word_start("gl") + r"(?:pat|dt|rt|ptt|cbt|soat)-[A-Za-z0-9_-]{20,64}\b",
+        ("glpat-", "gldt-", "glrt-", "glptt-", "glcbt-", "glsoat-"),
+    ),
+    _rule(
+        "aws-access-key",
+        _word_start("A") + r"(?:KIA|SIA|GPA|IDA|ROA|IPA|NPA|NVA|BIA|CCA)[A-Z0-9]{16}\b",
+        ("akia", "asia", "agpa", "aida", "aroa", "aipa", "anpa", "anva", "abia", "acca"),
+    ),
+    _rule("gcp-api-key", _word_start("AIza") + r"[0-9A-Za-z_-]{35}", ("aiza",)),
+    _rule("gcp-oauth-token", _word_start("ya29.") + r"[0-9A-Za-z_-]{20,2048}", ("ya29.",)),
+    _rule("npm-token", _word_start("npm_") + r"[A-Za-z0-9]{36}\b", ("npm_",)),
+    _rule("pypi-token", _word_start("pypi-AgE") + r"[A-Za-z0-9_-]{50,2048}", ("pypi-age",)),
+    _rule("docker-token", _word_start("dckr_pat_") + r"[A-Za-z0-9_-]{20,128}", ("dckr_pat_",)),
+    _rule("databricks-token", _word_start("dapi") + r"[0-9a-f]{32}(?:-\d)?\b", ("dapi",)),
+    _rule("replicate-token", _word_start("r8_") + r"[A-Za-z0-9]{37}\b", ("r8_",)),
+    _rule("groq-key", _word_start("gsk_") + r"[A-Za-z0-9]{40,64}\b", ("gsk_",)),
+    _rule("sendgrid-key", _word_start("SG.") + r"[A-Za-z0-9_-]{22}\.[A-Za-z0-9_-]{43}\b", ("sg.",)),
+    _rule("telegram-bot-token", r"\b\d{8,10}:AA[A-Za-z0-9_-]{33}\b", (":aa",)),
+    _rule("jwt", _word_start("eyJ") + r"[A-Za-z0-9_-]{8,4096}\.eyJ[A-Za-z0-9_-]{8,8192}\.[A-Za-z0-9_-]{0,4096}", ("eyj",)),
+    # presigned / SAS URLs: signature-bearing query parameters
+    _rule(
+        "url-credential",
+        r"(?P<head>[?&](?:x-amz-signature|x-amz-credential|x-amz-security-token|x-goog-signature|x-goog-credential"
+        r"|sig|signature|access_token|id_token|refresh_token|token|api_key|apikey|key|password|client_secret)=)"
+        r"[^\s&#'\"<>]{4,2048}",
+        ("?", "&"),
+        keep_head=True,
+        caseless=True,
+    ),
+    # AWS secret access key: 40 base64 characters, recognised by the key name in front
+    _rule(
+        "aws-secret-key",
+        r"(?P<head>(?:aws_?secret_?(?:access_?)?key|secretaccesskey)" + _SEP + r")[a-z0-9/+=]{40}(?![a-z0-9/+=])",
+        ("secret",),
+        keep_head=True,
+        caseless=True,
+    ),
+    # --- generic: command-line flags and key=value / key: value assignments ----------------------------
+    _rule(
+        "cli-secret",
+        r"(?P<head>--(?:api-key|hf-token|token|password|passwd|secret|access-token|auth-token|client-secret)"
+        r"(?:=|\s{1,8}+)['\"]?+)" + _VALUE,
+        ("--",),
+        keep_head=True,
+    ),
+    _rule(
+        "secret-assignment",
+        r"(?P<head>" + _SECRET_KEY_WORDS + _SEP + ")" + _VALUE,
+        ("pass", "secret", "token", "key", "credential"),
+        keep_head=True,
+        caseless=True,
+    ),
+)
+
+
+def redact_with_count(text: str) -> tuple[str, int]:
+    """Return (redacted text, number of secrets replaced)."""
+    if not text:
+        return text, 0
+    lowered = text.lower()
+    total = 0
+    for rule in _RULES:
+        if not any(t in lowered for t in rule.triggers):
+            continue
+        text, n = rule.apply(text, lowered)
+        if n:
+            total += n
+            lowered = text.lower()
+    return text, total
+
+
+def redact(text: str) -> str:
+    """Replace every recognised secret in `text` by `[REDACTED:<kind>]`; keep everything else."""
+    return redact_with_count(text)[0]
+
+
+def kinds() -> list[str]:
+    """The secret kinds this module recognises (for docs and tests)."""
+    return sorted({r.kind for r in _RULES})

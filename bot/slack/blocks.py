@@ -1,0 +1,407 @@
+"""Block Kit builders: pure functions from engine values to Slack message payloads (golden-tested).
+
+Every dynamic string goes through bot.slack.mrkdwn (escape + limits) right here, where it enters a text
+object; nothing upstream pre-escapes. Limits enforced: 3,000 chars per section text, 150 per header,
+75 per button label, 10 context elements, 50 blocks per message (100 in views), a short plain `text`
+fallback (Slack truncates above 40,000).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from bot.models import Diagnosis, Match
+from bot.slack.mrkdwn import (
+    channel_link,
+    code_block,
+    escape,
+    escape_limited,
+    inline_code,
+    plain_limited,
+    user_mention,
+)
+from bot.slack.recent import AnswerRecord
+
+SECTION_TEXT_MAX = 3000
+HEADER_TEXT_MAX = 150
+BUTTON_TEXT_MAX = 75
+CONTEXT_ELEMENTS_MAX = 10
+MESSAGE_BLOCKS_MAX = 50
+VIEW_BLOCKS_MAX = 100
+MESSAGE_TEXT_MAX = 40_000
+FALLBACK_TEXT_MAX = 3000  # our own cap: notifications show a line or two anyway
+
+# action_id → meaning; listeners register exactly these.
+ACTION_FIXED = "feedback_fixed"
+ACTION_NOT_HELPFUL = "feedback_not_helpful"
+ACTION_RUN_DIAGNOSTICS = "run_host_diagnostics"
+ACTION_ADD_KB_CASE = "add_kb_case"
+HOST_PICKER_CALLBACK = "host_picker"
+HOST_PICKER_BLOCK = "target"
+HOST_PICKER_INPUT = "target_input"
+
+_VERDICT_HEAD = {
+    "match": ":white_check_mark: *Likely cause: {title}*",
+    "uncertain": ":grey_question: *Possible cause (not certain): {title}*",
+    "unknown": ":mag: *No confident match in the knowledge base*",
+}
+
+
+@dataclass(frozen=True)
+class Message:
+    """A chat message payload: plain `text` fallback plus blocks. `cut` says some material was shortened
+    and belongs in a file in the thread."""
+
+    text: str
+    blocks: list[dict[str, Any]] = field(default_factory=list)
+    cut: bool = False
+
+    def as_kwargs(self) -> dict[str, Any]:
+        return {"text": self.text, "blocks": self.blocks}
+
+
+# --- small block helpers ---------------------------------------------------------------------------
+
+
+def _section(mrkdwn: str, block_id: str | None = None) -> dict[str, Any]:
+    assert len(mrkdwn) <= SECTION_TEXT_MAX, "callers bound section text"
+    block: dict[str, Any] = {"type": "section", "text": {"type": "mrkdwn", "text": mrkdwn}}
+    if block_id:
+        block["block_id"] = block_id
+    return block
+
+
+def _context(items: Iterable[str], block_id: str | None = None) -> dict[str, Any]:
+    elements = [{"type": "mrkdwn", "text": t} for t in items if t][:CONTEXT_ELEMENTS_MAX]
+    block: dict[str, Any] = {"type": "context", "elements": elements}
+    if block_id:
+        block["block_id"] = block_id
+    return block
+
+
+def _header(text: str) -> dict[str, Any]:
+    return {"type": "header", "text": {"type": "plain_text", "text": plain_limited(text, HEADER_TEXT_MAX)}}
+
+
+def _button(label: str, action_id: str, value: str, style: str | None = None) -> dict[str, Any]:
+    button: dict[str, Any] = {
+        "type": "button",
+        "text": {"type": "plain_text", "text": plain_limited(label, BUTTON_TEXT_MAX), "emoji": True},
+        "action_id": action_id,
+        "value": value,
+    }
+    if style:
+        button["style"] = style
+    return button
+
+
+def _percent(score: float) -> str:
+    return f"{round(max(0.0, min(1.0, score)) * 100)}%"
+
+
+def _title(match: Match, language: str) -> str:
+    if language == "zh" and match.title_zh:
+        return f"{match.title_zh} ({match.title})"
+    return match.title
+
+
+def _steps(items: Sequence[Any]) -> list[tuple[str, str | None]]:
+    """Fix steps from a KB case (FixStep) or an explanation (objects or plain strings)."""
+    steps: list[tuple[str, str | None]] = []
+    for item in items:
+        if isinstance(item, str):
+            steps.append((item, None))
+        else:
+            steps.append((str(getattr(item, "text", item)), getattr(item, "command", None)))
+    return steps
+
+
+def _bounded_join(parts: Iterable[str], limit: int, more: str) -> tuple[str, bool]:
+    """Join already-escaped parts with newlines until `limit`; append `more` when something is left out."""
+    out: list[str] = []
+    used = 0
+    for part in parts:
+        extra = len(part) + (1 if out else 0)
+        if used + extra > limit - len(more) - 1:
+            out.append(more)
+            return "\n".join(out), True
+        out.append(part)
+        used += extra
+    return "\n".join(out), False
+
+
+def evidence_text(diagnosis: Diagnosis) -> str:
+    """Evidence lines with their line numbers: the code block content and the KB-case draft."""
+    lines = diagnosis.distilled.evidence or diagnosis.distilled.root_errors
+    return "\n".join(f"{line.line_no:>5}  {line.text}" for line in lines)
+
+
+# --- the answer ------------------------------------------------------------------------------------
+
+
+def placeholder(what: str = "Reading your log and searching the knowledge base…") -> Message:
+    text = f":stethoscope: {escape(what)}"
+    return Message(text=text, blocks=[_section(text, "placeholder")])
+
+
+def answer(
+    diagnosis: Diagnosis,
+    *,
+    answer_id: str,
+    case: Any | None = None,
+    explanation: Any | None = None,
+    streaming_text: str | None = None,
+    llm_pending: bool = False,
+    runner_enabled: bool = False,
+    asker: str | None = None,
+) -> Message:
+    """The threaded answer. `case` is the kb Case of the best match (fix steps, cause); `explanation`
+    the final Explanation (LLM or KB); `streaming_text` the LLM text so far while it is being written."""
+    language = diagnosis.distilled.language
+    best = diagnosis.best
+    blocks: list[dict[str, Any]] = []
+    cut = False
+
+    # 1. verdict
+    if diagnosis.verdict == "unknown" or best is None:
+        head = _VERDICT_HEAD["unknown"]
+        fallback = "No confident match in the knowledge base."
+    else:
+        title, _ = escape_limited(_title(best, language), 300)
+        head = _VERDICT_HEAD[diagnosis.verdict].format(title=title)
+        fallback = f"{'Likely' if diagnosis.verdict == 'match' else 'Possible'} cause: {_title(best, language)}"
+        head += f"\nKB case {inline_code(best.case_id, 120)} · {escape(best.area)} · confidence {_percent(best.score)}"
+    if asker:
+        head = f"{user_mention(asker)} {head}"
+    blocks.append(_section(head, "verdict"))
+
+    # 2. evidence
+    distilled = diagnosis.distilled
+    lines_note = f"{len(distilled.evidence)} of {distilled.total_lines} lines"
+    code, evidence_cut = code_block(evidence_text(diagnosis) or "(no error lines found)", SECTION_TEXT_MAX - 60)
+    cut |= evidence_cut
+    blocks.append(_section(f"*Evidence* ({lines_note})\n{code}", "evidence"))
+
+    # 3. why / explanation
+    if diagnosis.verdict == "unknown" or best is None:
+        nearest = [m for m in diagnosis.matches[:3]]
+        if nearest:
+            items = [
+                f"• {escape_limited(_title(m, language), 200)[0]} ({inline_code(m.case_id, 120)}, {_percent(m.score)})"
+                for m in nearest
+            ]
+            body, _ = _bounded_join(["*Nearest known cases* (none close enough to trust):", *items], SECTION_TEXT_MAX, "…")
+            blocks.append(_section(body, "nearest"))
+        blocks.append(
+            _section(
+                "Nothing in the knowledge base explains this log yet. If you find the fix, use "
+                "*Add as a KB case* so the next person gets an answer straight away.",
+                "invite",
+            )
+        )
+    else:
+        why_text, why_cut = _why_text(case, explanation, streaming_text, llm_pending)
+        cut |= why_cut
+        if why_text:
+            blocks.append(_section(why_text, "why"))
+        steps = _steps(getattr(explanation, "fix_steps", None) or getattr(case, "fix", None) or [])
+        if steps:
+            fix_text, fix_cut = _fix_text(steps)
+            cut |= fix_cut
+            blocks.append(_section(fix_text, "fix"))
+        others = [m for m in diagnosis.matches[1:4]]
+        if others:
+            also = " · ".join(f"{escape_limited(_title(m, language), 120)[0]} ({_percent(m.score)})" for m in others)
+            blocks.append(_context([f"Also possible: {also}"], "others"))
+
+    # 4. provenance
+    blocks.append(_context(_provenance(diagnosis, explanation, streaming_text, llm_pending), "source"))
+
+    # 5. buttons: every answer has them; each one answers when pressed (see listeners in actions/)
+    blocks.append(answer_actions(answer_id, runner_enabled))
+
+    return Message(text=plain_limited(escape(fallback), FALLBACK_TEXT_MAX), blocks=blocks, cut=cut)
+
+
+def _why_text(case: Any, explanation: Any, streaming_text: str | None, llm_pending: bool) -> tuple[str, bool]:
+    budget = SECTION_TEXT_MAX - 40
+    if explanation is not None:
+        parts = [p for p in (getattr(explanation, "summary", ""), getattr(explanation, "why", "")) if p]
+        body, was_cut = escape_limited("\n\n".join(parts), budget)
+        return (f"*Why*\n{body}" if body else ""), was_cut
+    if streaming_text:
+        body, was_cut = escape_limited(streaming_text.strip(), budget - 30)
+        return f"*Why* _(writing…)_\n{body}", was_cut
+    cause = getattr(case, "cause", "")
+    if cause:
+        body, was_cut = escape_limited(cause.strip(), budget)
+        suffix = "\n_Writing a tailored explanation…_" if llm_pending else ""
+        return f"*Why*\n{body}{suffix}", was_cut
+    return ("_Writing a tailored explanation…_" if llm_pending else ""), False
+
+
+def _fix_text(steps: list[tuple[str, str | None]]) -> tuple[str, bool]:
+    parts = []
+    for i, (text, command) in enumerate(steps, 1):
+        step = f"{i}. {escape_limited(text, 600)[0]}"
+        if command:
+            step += "\n" + code_block(command, 700)[0]
+        parts.append(step)
+    return _bounded_join(["*Fix*", *parts], SECTION_TEXT_MAX, "_More steps in the KB case._")
+
+
+def _provenance(diagnosis: Diagnosis, explanation: Any, streaming_text: str | None, llm_pending: bool) -> list[str]:
+    items: list[str] = []
+    source = getattr(explanation, "source", None)
+    if source == "llm":
+        items.append(":robot_face: Explained by the team's LLM from the KB case; check commands before running them")
+    elif streaming_text or llm_pending:
+        items.append(":hourglass_flowing_sand: The LLM is writing an explanation…")
+    else:
+        items.append(":books: From the knowledge base")
+    note = getattr(explanation, "note", None)
+    if note:
+        items.append(escape_limited(str(note), 300)[0])
+    for note in diagnosis.distilled.notes[:3]:
+        items.append(escape_limited(note, 200)[0])
+    items.append(f"searched in {diagnosis.elapsed_ms:.0f} ms")
+    return items
+
+
+def answer_actions(answer_id: str, runner_enabled: bool) -> dict[str, Any]:
+    buttons = [
+        _button(":white_check_mark: Fixed it", ACTION_FIXED, answer_id, "primary"),
+        _button(":x: Didn't help", ACTION_NOT_HELPFUL, answer_id),
+        _button(":desktop_computer: Run diagnostics on a host", ACTION_RUN_DIAGNOSTICS, answer_id),
+        _button(":heavy_plus_sign: Add as a KB case", ACTION_ADD_KB_CASE, answer_id),
+    ]
+    return {"type": "actions", "block_id": "answer_actions", "elements": buttons}
+
+
+# --- short messages ----------------------------------------------------------------------------------
+
+
+def notice(text: str, emoji: str = ":information_source:") -> Message:
+    """A one-section message around an untrusted or user-facing string (escaped)."""
+    body, _ = escape_limited(text, SECTION_TEXT_MAX - len(emoji) - 1)
+    mrkdwn = f"{emoji} {body}"
+    return Message(text=plain_limited(escape(text), FALLBACK_TEXT_MAX), blocks=[_section(mrkdwn)])
+
+
+def input_error(message: str) -> Message:
+    """Bad input (empty, too large, binary): the engine's or our own user-facing message."""
+    return notice(message, ":warning:")
+
+
+def internal_error(ref: str) -> Message:
+    return notice(
+        f"Sorry, something went wrong on my side while diagnosing this (ref {ref}). "
+        "The log was not lost: try again, and tell the bot's admins the ref if it keeps happening.",
+        ":rotating_light:",
+    )
+
+
+HELP_TEXT = """*vLLM Doctor* reads vLLM error logs and tells you the likely cause and the fix, from the team's knowledge base (and the team's LLM when configured).
+
+*Ask about a log*
+• Paste a log in a DM to me, or mention me with it: `@vLLM Doctor <log>` (works in threads too)
+• Mention me with nothing else in the thread of a pasted log to diagnose that log
+• `/vllm-explain <log>` in any channel I am in
+• Upload the log as a file or snippet in a DM or with a mention (text files up to {max_mb} MB)
+• On any message: *⋮ More actions → Diagnose this message*
+{watch}
+*Check a GPU host*
+• `/vllm-diagnose <host or group> [check …]` or `/vllm-diagnose <host> tier <N>`
+• `@vLLM Doctor diagnose <host>` inside a thread
+{runner}
+*On every answer*
+• *Fixed it* / *Didn't help* tell the team whether the KB case worked
+• *Run diagnostics on a host* and *Add as a KB case*
+"""
+
+
+def help_message(*, max_bytes: int, watch_channels: Sequence[str], runner_enabled: bool) -> Message:
+    watch = ""
+    if watch_channels:
+        links = ", ".join(channel_link(c) for c in watch_channels[:10])
+        watch = f"• I also answer error logs posted in {links}\n"
+    runner = "" if runner_enabled else "_Host diagnostics are not configured on this bot yet._\n"
+    text = HELP_TEXT.format(max_mb=max(1, max_bytes // (1024 * 1024)), watch=watch, runner=runner)
+    return Message(text="How to use vLLM Doctor", blocks=[_section(text.strip(), "help")])
+
+
+def home_view(
+    *,
+    user_id: str,
+    kb_size: int,
+    recent: Sequence[AnswerRecord],
+    llm_enabled: bool,
+    runner_enabled: bool,
+    max_bytes: int,
+    watch_channels: Sequence[str],
+    now: float | None = None,
+) -> dict[str, Any]:
+    """The App Home tab: usage, KB size, the viewer's recent diagnoses."""
+    now = time.time() if now is None else now
+    blocks: list[dict[str, Any]] = [_header("vLLM Doctor")]
+    stats = [
+        f":books: *{kb_size}* known failure cases in the knowledge base",
+        ":robot_face: LLM explanations on" if llm_enabled else ":robot_face: LLM explanations off (KB-only answers)",
+        ":desktop_computer: Host diagnostics on" if runner_enabled else ":desktop_computer: Host diagnostics not configured",
+    ]
+    blocks.append(_context(stats, "stats"))
+    blocks.extend(help_message(max_bytes=max_bytes, watch_channels=watch_channels, runner_enabled=runner_enabled).blocks)
+    blocks.append({"type": "divider"})
+    blocks.append(_section("*Your recent diagnoses*", "recent_head"))
+    if not recent:
+        blocks.append(_context(["Nothing yet: paste a log in the Messages tab to try it."], "recent_empty"))
+    for record in recent[:10]:
+        if record.case_id:
+            what = f"{escape_limited(record.title or record.case_id, 150)[0]} ({inline_code(record.case_id, 100)})"
+        else:
+            what = "no confident match"
+        feedback = record.feedback.get(user_id)
+        mark = {"fixed": " · :white_check_mark: fixed", "not_helpful": " · :x: didn't help"}.get(feedback or "", "")
+        ago = _ago(now - record.created)
+        blocks.append(_context([f"{ago} in {channel_link(record.channel_id)}: {escape(record.verdict)} · {what}{mark}"]))
+    return {"type": "home", "blocks": blocks[:VIEW_BLOCKS_MAX]}
+
+
+def _ago(seconds: float) -> str:
+    if seconds < 90:
+        return "just now"
+    if seconds < 3600 * 1.5:
+        return f"{round(seconds / 60)} min ago"
+    if seconds < 86400 * 1.5:
+        return f"{round(seconds / 3600)} h ago"
+    return f"{round(seconds / 86400)} days ago"
+
+
+def host_picker_view(*, private_metadata: str, hosts_hint: str = "") -> dict[str, Any]:
+    """Modal that asks which host or group to check."""
+    hint = hosts_hint or "A host or group from the inventory, e.g. gpu-01 or a100-pool"
+    return {
+        "type": "modal",
+        "callback_id": HOST_PICKER_CALLBACK,
+        "private_metadata": private_metadata,
+        "title": {"type": "plain_text", "text": "Run diagnostics"},
+        "submit": {"type": "plain_text", "text": "Run"},
+        "close": {"type": "plain_text", "text": "Cancel"},
+        "blocks": [
+            {
+                "type": "input",
+                "block_id": HOST_PICKER_BLOCK,
+                "label": {"type": "plain_text", "text": "Host or group"},
+                "hint": {"type": "plain_text", "text": plain_limited(hint, 2000)},
+                "element": {
+                    "type": "plain_text_input",
+                    "action_id": HOST_PICKER_INPUT,
+                    "max_length": 200,
+                    "placeholder": {"type": "plain_text", "text": "gpu-01"},
+                },
+            }
+        ],
+    }

@@ -1,0 +1,236 @@
+"""One diagnosis conversation in Slack, whatever the entry point (DM, mention, watch channel, file,
+/vllm-explain, message shortcut): placeholder in the thread → engine → answer → LLM text edited in
+progressively → long material as a file in the thread. Runs on a worker thread, never in an ack path.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from slack_sdk.errors import SlackApiError
+
+from bot import errors
+from bot.models import Diagnosis
+from bot.slack import blocks
+from bot.slack.blocks import Message
+from bot.slack.deps import SlackDeps
+from bot.slack.files import check_text_size, fetch_file_text
+from bot.slack.progress import ThrottledUpdater
+from bot.slack.recent import AnswerRecord
+
+log = logging.getLogger(__name__)
+
+# chat.postMessage errors after which the response_url (if we have one) is the only way to answer
+_CANNOT_POST = {"not_in_channel", "channel_not_found", "is_archived", "restricted_action"}
+
+
+@dataclass(frozen=True)
+class Where:
+    """Where a request came from and where its answer goes."""
+
+    channel: str
+    user: str | None
+    thread_ts: str | None  # None: post the answer top-level (slash command); it becomes the thread root
+    respond: Callable[..., Any] | None = None  # response_url sender (commands, shortcuts, actions)
+
+
+@dataclass(frozen=True)
+class LogRequest:
+    where: Where
+    text: str = ""
+    files: Sequence[Mapping[str, Any]] = field(default_factory=tuple)
+    mention_asker: bool = False  # slash commands: nobody else sees who asked
+
+
+def tell_user(client: Any, where: Where, message: Message) -> None:
+    """An ephemeral note to the asker only: via response_url when we have one, else chat.postEphemeral,
+    else (no user) a thread reply."""
+    if where.respond is not None:
+        where.respond(text=message.text, blocks=message.blocks, response_type="ephemeral", replace_original=False)
+        return
+    if where.user:
+        kwargs: dict[str, Any] = {"channel": where.channel, "user": where.user, **message.as_kwargs()}
+        if where.thread_ts:
+            kwargs["thread_ts"] = where.thread_ts
+        client.chat_postEphemeral(**kwargs)
+        return
+    client.chat_postMessage(channel=where.channel, thread_ts=where.thread_ts, **message.as_kwargs())
+
+
+def gather_text(deps: SlackDeps, client: Any, request: LogRequest) -> str:
+    """The message text plus the text of any shared files, size-checked; raises UserInputError."""
+    parts = [request.text] if request.text.strip() else []
+    for file in request.files:
+        shared = fetch_file_text(
+            client, file, token=deps.bot_token, api_url=deps.settings.slack_api_url, limit=deps.max_bytes
+        )
+        parts.append(shared.text)
+    text = "\n".join(parts)
+    if not text.strip():
+        raise errors.EmptyInput("I did not find any log text in that message. Paste the error log (or attach it as a file).")
+    check_text_size(text, deps.max_bytes, "That log")
+    return text
+
+
+def diagnose_and_answer(deps: SlackDeps, client: Any, request: LogRequest) -> str | None:
+    """The whole conversation. Returns the answer id (None when the input was refused)."""
+    where = request.where
+    try:
+        text = gather_text(deps, client, request)
+    except errors.UserInputError as exc:
+        tell_user(client, where, blocks.input_error(str(exc)))
+        return None
+
+    post = _Poster(client, where, deps.settings.slack_update_interval_s)
+    post.placeholder(blocks.placeholder())
+
+    try:
+        diagnosis = deps.engine.diagnose(text)
+    except errors.UserInputError as exc:
+        post.retract()
+        tell_user(client, where, blocks.input_error(str(exc)))
+        return None
+    except Exception:
+        ref = secrets.token_hex(4)
+        log.exception("diagnosis failed (ref %s) channel=%s thread=%s", ref, where.channel, where.thread_ts)
+        post.final(blocks.internal_error(ref))
+        return None
+
+    answer_id = deps.recent.new_id()
+    best = diagnosis.best
+    case = _case_or_none(deps, best.case_id) if best else None
+    explain = deps.llm_enabled and diagnosis.verdict != "unknown"
+    asker = where.user if request.mention_asker else None
+
+    def build(**kw: Any) -> Message:
+        return blocks.answer(diagnosis, answer_id=answer_id, case=case, asker=asker, **kw)
+
+    first = build(llm_pending=explain)
+    post.final(first, progressive=explain)
+    deps.recent.add(
+        AnswerRecord(
+            answer_id=answer_id,
+            user_id=where.user,
+            channel_id=where.channel,
+            thread_ts=post.thread_ts,
+            message_ts=post.ts,
+            verdict=diagnosis.verdict,
+            case_id=best.case_id if best and diagnosis.verdict != "unknown" else None,
+            title=best.title if best and diagnosis.verdict != "unknown" else None,
+            evidence=blocks.evidence_text(diagnosis),
+        )
+    )
+    if first.cut:
+        post.file(f"distilled-{answer_id}.log", _distilled_file(diagnosis), "Full distilled log")
+
+    if explain:
+        _stream_explanation(deps, diagnosis, build, post)
+    return answer_id
+
+
+def _stream_explanation(deps: SlackDeps, diagnosis: Diagnosis, build: Callable[..., Message], post: _Poster) -> None:
+    streamed = ""
+    explanation: Any = None
+    try:
+        for piece in deps.engine.explain_stream(diagnosis):
+            if isinstance(piece, str):
+                streamed += piece
+                post.progress(lambda: build(streaming_text=streamed))
+            else:
+                explanation = piece
+    except Exception:  # the engine promises KB-only on LLM trouble; anything else must not lose the answer
+        log.exception("explanation failed; keeping the KB answer")
+    final = build(explanation=explanation) if explanation is not None else build()
+    post.final(final)
+    if explanation is not None and final.cut:
+        body = "\n\n".join(
+            p for p in (getattr(explanation, "summary", ""), getattr(explanation, "why", "")) if p
+        )
+        post.file("explanation.md", body, "Full explanation")
+
+
+def _case_or_none(deps: SlackDeps, case_id: str) -> Any:
+    try:
+        return deps.engine.case(case_id)
+    except Exception:  # noqa: BLE001 - a case missing from the KB only costs the fix section
+        log.warning("case %s not found in the KB", case_id)
+        return None
+
+
+def _distilled_file(diagnosis: Diagnosis) -> str:
+    d = diagnosis.distilled
+    lines = d.cleaned or d.evidence
+    head = [f"# {d.total_lines} lines, {d.total_bytes} bytes pasted; {len(lines)} kept after cleaning", *d.notes, ""]
+    return "\n".join([*head, *(f"{ln.line_no:>6}  {ln.text}" for ln in lines)]) + "\n"
+
+
+class _Poster:
+    """Posts one answer message and edits it; falls back to the response_url when the bot cannot post
+    in the channel (not a member, private channel, a DM between two other people)."""
+
+    def __init__(self, client: Any, where: Where, update_interval_s: float) -> None:
+        self._client = client
+        self._where = where
+        self._interval = update_interval_s
+        self.channel = where.channel
+        self.ts: str | None = None
+        self.thread_ts: str | None = where.thread_ts
+        self._updater: ThrottledUpdater | None = None
+        self._via_response_url = False
+
+    def placeholder(self, message: Message) -> None:
+        where = self._where
+        kwargs: dict[str, Any] = {"channel": where.channel, **message.as_kwargs()}
+        if where.thread_ts:
+            kwargs["thread_ts"] = where.thread_ts
+        try:
+            response = self._client.chat_postMessage(**kwargs)
+        except SlackApiError as exc:
+            if where.respond is None or exc.response.get("error") not in _CANNOT_POST:
+                raise
+            log.info("cannot post in %s (%s); answering through response_url", where.channel, exc.response.get("error"))
+            self._via_response_url = True
+            where.respond(text=message.text, blocks=message.blocks, response_type="ephemeral")
+            return
+        self.ts = response["ts"]
+        self.channel = response.get("channel", where.channel)
+        if self.thread_ts is None:
+            self.thread_ts = self.ts  # a top-level answer becomes the thread for files and follow-ups
+
+    def final(self, message: Message, progressive: bool = False) -> None:
+        if self._via_response_url:
+            assert self._where.respond is not None
+            self._where.respond(text=message.text, blocks=message.blocks, replace_original=True)
+            return
+        assert self.ts is not None
+        self._client.chat_update(channel=self.channel, ts=self.ts, **message.as_kwargs())
+        if progressive:
+            self._updater = ThrottledUpdater(self._client, self.channel, self.ts, self._interval)
+
+    def progress(self, build: Callable[[], Message]) -> None:
+        if self._updater is not None:
+            self._updater.maybe_update(build)
+
+    def retract(self) -> None:
+        if self._via_response_url:
+            self._where.respond(delete_original=True)  # type: ignore[misc]
+            return
+        if self.ts:
+            try:
+                self._client.chat_delete(channel=self.channel, ts=self.ts)
+            except SlackApiError as exc:
+                log.warning("could not delete placeholder %s: %s", self.ts, exc.response.get("error"))
+
+    def file(self, filename: str, content: str, title: str) -> None:
+        if self._via_response_url or not self.thread_ts:
+            return  # no thread to put it in; the message says what was cut
+        try:
+            self._client.files_upload_v2(
+                channel=self.channel, thread_ts=self.thread_ts, filename=filename, title=title, content=content
+            )
+        except SlackApiError as exc:
+            log.warning("file upload to %s failed: %s", self.channel, exc.response.get("error"))

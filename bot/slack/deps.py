@@ -1,0 +1,64 @@
+"""Everything the listeners need, built once at start-up and handed to `register(app, deps)`.
+
+Tests build the same object with a local fake Slack and the real engine; nothing here talks to Slack.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from bot.models import Diagnosis
+from bot.settings import Settings
+from bot.slack.dedup import SeenEvents
+from bot.slack.recent import RecentAnswers
+from bot.slack.work import Workers
+
+
+class Engine(Protocol):
+    """The part of bot.pipeline.Doctor the Slack bot uses."""
+
+    kb: Any
+
+    def diagnose(self, text: str | bytes) -> Diagnosis: ...
+
+    def case(self, case_id: str) -> Any: ...
+
+    def explain_stream(
+        self, diagnosis: Diagnosis, host_facts: Any = None, language: str | None = None
+    ) -> Iterator[Any]: ...
+
+
+@dataclass
+class SlackDeps:
+    settings: Settings
+    engine: Engine
+    bot_token: str
+    workers: Workers = field(default_factory=Workers)
+    seen_events: SeenEvents = field(default_factory=SeenEvents)
+    recent: RecentAnswers = field(default_factory=RecentAnswers)
+    hosts: Any | None = None  # bot.slack.hosts.HostDiagnostics when bot.runner is installed and configured
+    bot_user_id: str | None = None  # filled from auth.test when the App starts
+
+    @property
+    def max_bytes(self) -> int:
+        return self.settings.slack_max_input_bytes
+
+    @property
+    def watch_channels(self) -> frozenset[str]:
+        return frozenset(self.settings.slack_watch_channels)
+
+    @property
+    def llm_enabled(self) -> bool:
+        return bool(self.settings.vllm_base_url)
+
+    @property
+    def runner_enabled(self) -> bool:
+        return self.hosts is not None
+
+    def kb_size(self) -> int:
+        try:
+            return len(self.engine.kb.cases)
+        except (AttributeError, TypeError):
+            return 0

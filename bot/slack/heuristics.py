@@ -1,0 +1,45 @@
+"""Does a watch-channel message look like a pasted error log, or is it ordinary chatter?
+
+Only watch channels use this (DMs, mentions and commands are explicit requests). A false positive costs
+the channel an unwanted thread reply, a false negative only means someone mentions the bot, so the rule
+leans towards silence: it wants log *structure* (log-level prefixes, traceback frames, exception lines at
+the start of a line), not merely the word "error" inside a sentence.
+"""
+
+from __future__ import annotations
+
+import re
+
+# Each pattern matches one *line* that a human would rarely type in a sentence.
+_STRONG_LINE_PATTERNS = [
+    re.compile(r"^\s*Traceback \(most recent call last\):"),
+    re.compile(r'^\s*File "[^"]+", line \d+'),
+    # an exception line: "ValueError: …", "torch.OutOfMemoryError: …", optionally after a log prefix
+    re.compile(r"^(?:.*\]\s*|.*\|\s*)?(?:[A-Za-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception|Interrupt|Exit):(?:\s|$)"),
+    # vLLM / Python logging prefixes: "ERROR 11-18 18:07:28 engine.py:366]", "(EngineCore pid=1) ERROR …"
+    re.compile(r"\b(?:ERROR|CRITICAL|FATAL|WARNING)\s+\d{2}-\d{2}\s+\d{2}:\d{2}:\d{2}"),
+    re.compile(r"^\s*\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}\S*\s+(?:ERROR|CRITICAL|FATAL|E)\b"),
+    re.compile(r"^\s*\[?(?:ERROR|CRITICAL|FATAL)\]?[\s:]"),
+    re.compile(r"\bNCCL (?:WARN|INFO)\b"),
+    re.compile(r"\bCUDA error: "),
+    re.compile(r"\bNVRM: Xid\b"),
+    re.compile(r"Segmentation fault|core dumped|Aborted \(core dumped\)|Fatal Python error"),
+    re.compile(r"^\s*(?:E|F)\d{4} \d{2}:\d{2}:\d{2}"),  # glog-style lines from NCCL/gloo
+]
+_WEAK_WORDS = re.compile(r"\b(?:error|exception|failed|traceback|oom|out of memory|cuda|nccl|vllm)\b", re.I)
+
+
+def looks_like_error_log(text: str) -> bool:
+    """True when `text` has log-shaped error lines: two strong signals (one line can carry both: a log
+    prefix and an exception), or one strong line inside a code fence or among other lines."""
+    if not text or not text.strip():
+        return False
+    lines = [ln for ln in text.replace("\r\n", "\n").split("\n") if ln.strip() and ln.strip() != "```"]
+    # a line that is log-shaped twice over (a log prefix *and* an exception) counts double
+    strong = sum(min(2, sum(1 for p in _STRONG_LINE_PATTERNS if p.search(ln))) for ln in lines)
+    if strong >= 2:
+        return True
+    if strong == 1:
+        fenced = "```" in text
+        return fenced or len(lines) >= 3 or (len(lines) >= 2 and bool(_WEAK_WORDS.search(text)))
+    return False

