@@ -48,7 +48,13 @@ class IndexUnavailable(DoctorError):
 
 
 class LLMUnavailable(DoctorError):
-    pass
+    """`kind` says which fault, for tests, metrics and the circuit breaker: connection, timeout, stalled,
+    server_error, prompt_too_long, unknown_model, auth, overloaded, bad_request, bad_response,
+    unsupported, circuit_open."""
+
+    def __init__(self, message: str, kind: str = "unavailable"):
+        super().__init__(message)
+        self.kind = kind
 
 
 class PermissionDenied(DoctorError):

@@ -109,6 +109,42 @@ class Settings(BaseSettings):
         validation_alias=AliasChoices("VLLM_DOCTOR_LANGUAGE", "llm_language"),
         description="Answer language: auto (from the paste/asker), en or zh.",
     )
+    llm_stall_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        validation_alias=AliasChoices("VLLM_DOCTOR_LLM_STALL_TIMEOUT", "llm_stall_timeout_s"),
+        description="A stream that sends nothing for this many seconds counts as failed (KB-only answer).",
+    )
+    llm_max_answer_tokens: int = Field(
+        768,
+        ge=64,
+        validation_alias=AliasChoices("VLLM_DOCTOR_LLM_MAX_ANSWER_TOKENS", "llm_max_answer_tokens"),
+        description="Most tokens the LLM may write for one explanation; the rest of the context is the prompt.",
+    )
+    llm_structured_outputs: Literal["auto", "on", "off"] = Field(
+        "auto",
+        validation_alias=AliasChoices("VLLM_DOCTOR_LLM_STRUCTURED_OUTPUTS", "llm_structured_outputs"),
+        description="Ask the server for schema-constrained JSON (response_format json_schema). auto: on, and off "
+        "for the rest of the process if the server rejects it; off: JSON by instruction only. Always validated.",
+    )
+    llm_breaker_failures: int = Field(
+        3,
+        ge=1,
+        validation_alias=AliasChoices("VLLM_DOCTOR_LLM_BREAKER_FAILURES", "llm_breaker_failures"),
+        description="Consecutive LLM failures after which the circuit opens and explanations go KB-only at once.",
+    )
+    llm_breaker_cooldown_s: float = Field(
+        30.0,
+        ge=0,
+        validation_alias=AliasChoices("VLLM_DOCTOR_LLM_BREAKER_COOLDOWN", "llm_breaker_cooldown_s"),
+        description="Seconds the circuit stays open before one trial request is let through.",
+    )
+    llm_cache_size: int = Field(
+        256,
+        ge=0,
+        validation_alias=AliasChoices("VLLM_DOCTOR_LLM_CACHE_SIZE", "llm_cache_size"),
+        description="Explanations kept in memory, keyed by (model, prompt hash); 0 disables the cache.",
+    )
 
     # --- Slack ---------------------------------------------------------------------------------------
     slack_bot_token: str | None = Field(

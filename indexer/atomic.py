@@ -12,6 +12,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, 0o644)  # mkstemp makes 0600; the index is shared with other users (e.g. a container)
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()

@@ -86,7 +86,9 @@ def _dim_from_config(model_dir: Path) -> int | None:
 class SentenceTransformerEncoder:
     """A sentence-transformers model read from a local directory (never from the network)."""
 
-    def __init__(self, model_path: str | os.PathLike[str] | None = None, device: str = "cpu", batch_size: int = 32):
+    def __init__(
+        self, model_path: str | os.PathLike[str] | None = None, device: str = "cpu", batch_size: int = 32
+    ):
         default = model_path is None
         path = default_model_path() if default else Path(model_path).expanduser()
         if not path.is_dir():
@@ -95,7 +97,9 @@ class SentenceTransformerEncoder:
                 "local sentence-transformers model directory)"
             )
         if not (path / "modules.json").is_file() and not (path / "config.json").is_file():
-            raise EncoderUnavailable(f"{path} is not a sentence-transformers model directory (no modules.json)")
+            raise EncoderUnavailable(
+                f"{path} is not a sentence-transformers model directory (no modules.json)"
+            )
         self.model_path = path.resolve()
         self.device = device
         self.batch_size = batch_size
@@ -126,12 +130,15 @@ class SentenceTransformerEncoder:
                 os.environ["HF_HUB_OFFLINE"] = "1"
                 os.environ["TRANSFORMERS_OFFLINE"] = "1"
                 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+                os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # no "Loading weights" bar on stderr
                 from sentence_transformers import SentenceTransformer
 
                 try:
                     self._model = SentenceTransformer(str(self.model_path), device=self.device)
                 except (OSError, ValueError) as exc:
-                    raise EncoderUnavailable(f"cannot load embedding model from {self.model_path}: {exc}") from exc
+                    raise EncoderUnavailable(
+                        f"cannot load embedding model from {self.model_path}: {exc}"
+                    ) from exc
             return self._model
 
     def encode(self, texts: list[str]) -> np.ndarray:
@@ -173,7 +180,7 @@ class HashingEncoder:
         out = np.zeros((len(texts), self._dim), dtype=np.float32)
         for row, text in enumerate(texts):
             words = _WORD_RE.findall(text.lower())
-            for feature in words + [f"{a} {b}" for a, b in zip(words, words[1:])]:
+            for feature in words + [f"{a} {b}" for a, b in zip(words, words[1:], strict=False)]:
                 col, sign = self._bucket(feature)
                 out[row, col] += sign
             norm = float(np.linalg.norm(out[row]))

@@ -75,10 +75,17 @@ class LexicalIndex:
         if self._bm25 is None:
             return np.zeros(self.n_docs, dtype=np.float32)
         vocab = self._bm25.vocab_dict
-        known = [vocab[t] for t in tokenize(query) if t and t in vocab]
-        if not known:
-            return np.zeros(self.n_docs, dtype=np.float32)
-        return np.asarray(self._bm25.get_scores_from_ids(known), dtype=np.float32)
+        # Each distinct query term counts once: a pasted log repeats "error" dozens of times.
+        known = sorted({vocab[t] for t in tokenize(query) if t and t in vocab})
+        scores = np.zeros(self.n_docs, dtype=np.float32)
+        index = self._bm25.scores
+        data, indices, indptr = index["data"], index["indices"], index["indptr"]
+        for token_id in known:
+            start, end = int(indptr[token_id]), int(indptr[token_id + 1])
+            # a posting list has each document once, so fancy-index += is exact (and ~20x faster than
+            # np.add.at, which bm25s uses)
+            scores[indices[start:end]] += data[start:end]
+        return scores
 
     def search(self, query: str, k: int) -> tuple[np.ndarray, np.ndarray]:
         """Top-k documents with a positive score: (scores, row ids), best first."""
@@ -96,6 +103,7 @@ class LexicalIndex:
         directory = Path(directory)
         tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", suffix=".tmp", dir=directory.parent))
         try:
+            os.chmod(tmp, 0o755)  # mkdtemp makes 0700
             meta = {"tokenizer": TOKENIZER_VERSION, "n_docs": self.n_docs, "empty": self._bm25 is None}
             if self._bm25 is not None:
                 self._bm25.save(str(tmp), show_progress=False)
@@ -111,7 +119,9 @@ class LexicalIndex:
         try:
             meta = json.loads((directory / "meta.json").read_text(encoding="utf-8"))
             if meta.get("tokenizer") != TOKENIZER_VERSION:
-                raise LexicalError(f"built with tokenizer {meta.get('tokenizer')!r}, now {TOKENIZER_VERSION!r}")
+                raise LexicalError(
+                    f"built with tokenizer {meta.get('tokenizer')!r}, now {TOKENIZER_VERSION!r}"
+                )
             n_docs = int(meta["n_docs"])
             if meta.get("empty"):
                 return cls(None, n_docs)

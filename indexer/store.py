@@ -91,6 +91,17 @@ class VectorStore:
         keep = ids[0] >= 0  # HNSW may return fewer than k (-1 padding)
         return scores[0][keep], ids[0][keep]
 
+    def all_scores(self, query: np.ndarray) -> np.ndarray:
+        """Exact inner product of one query with every stored vector (flat stores only): one
+        matrix-vector product over faiss's own buffer, no copy and no sort."""
+        if self.kind != "flat":
+            raise TypeError("all_scores() needs a flat store")
+        n = len(self)
+        if n == 0:
+            return np.zeros(0, dtype=np.float32)
+        matrix = faiss.rev_swig_ptr(self._index.get_xb(), n * self.dim).reshape(n, self.dim)
+        return matrix @ _as_matrix(query, self.dim)[0]
+
     def reconstruct(self, ids: np.ndarray | list[int]) -> np.ndarray:
         """The stored vectors of these rows."""
         ids = np.asarray(ids, dtype=np.int64)
@@ -136,4 +147,3 @@ class VectorStore:
         except OSError as exc:
             raise StoreError(f"cannot read {path}: {exc.strerror or exc}") from exc
         return cls.from_bytes(data)
-

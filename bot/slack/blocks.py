@@ -155,7 +155,6 @@ def answer(
     explanation: Any | None = None,
     streaming_text: str | None = None,
     llm_pending: bool = False,
-    runner_enabled: bool = False,
     asker: str | None = None,
 ) -> Message:
     """The threaded answer. `case` is the kb Case of the best match (fix steps, cause); `explanation`
@@ -221,7 +220,7 @@ def answer(
     blocks.append(_context(_provenance(diagnosis, explanation, streaming_text, llm_pending), "source"))
 
     # 5. buttons: every answer has them; each one answers when pressed (see listeners in actions/)
-    blocks.append(answer_actions(answer_id, runner_enabled))
+    blocks.append(answer_actions(answer_id))
 
     return Message(text=plain_limited(escape(fallback), FALLBACK_TEXT_MAX), blocks=blocks, cut=cut)
 
@@ -271,7 +270,7 @@ def _provenance(diagnosis: Diagnosis, explanation: Any, streaming_text: str | No
     return items
 
 
-def answer_actions(answer_id: str, runner_enabled: bool) -> dict[str, Any]:
+def answer_actions(answer_id: str) -> dict[str, Any]:
     buttons = [
         _button(":white_check_mark: Fixed it", ACTION_FIXED, answer_id, "primary"),
         _button(":x: Didn't help", ACTION_NOT_HELPFUL, answer_id),

@@ -19,6 +19,7 @@ from bot.slack import blocks
 from bot.slack.blocks import Message
 from bot.slack.deps import SlackDeps
 from bot.slack.files import check_text_size, fetch_file_text
+from bot.slack.heuristics import looks_like_error_log
 from bot.slack.progress import ThrottledUpdater
 from bot.slack.recent import AnswerRecord
 
@@ -44,6 +45,7 @@ class LogRequest:
     text: str = ""
     files: Sequence[Mapping[str, Any]] = field(default_factory=tuple)
     mention_asker: bool = False  # slash commands: nobody else sees who asked
+    only_if_log_like: bool = False  # watch channel with a shared file: answer only if the file is a log
 
 
 def tell_user(client: Any, where: Where, message: Message) -> None:
@@ -82,7 +84,10 @@ def diagnose_and_answer(deps: SlackDeps, client: Any, request: LogRequest) -> st
     try:
         text = gather_text(deps, client, request)
     except errors.UserInputError as exc:
-        tell_user(client, where, blocks.input_error(str(exc)))
+        if not request.only_if_log_like:  # nobody asked: stay quiet
+            tell_user(client, where, blocks.input_error(str(exc)))
+        return None
+    if request.only_if_log_like and not looks_like_error_log(text):
         return None
 
     post = _Poster(client, where, deps.settings.slack_update_interval_s)
@@ -139,7 +144,7 @@ def _stream_explanation(deps: SlackDeps, diagnosis: Diagnosis, build: Callable[.
         for piece in deps.engine.explain_stream(diagnosis):
             if isinstance(piece, str):
                 streamed += piece
-                post.progress(lambda: build(streaming_text=streamed))
+                post.progress(lambda text=streamed: build(streaming_text=text))
             else:
                 explanation = piece
     except Exception:  # the engine promises KB-only on LLM trouble; anything else must not lose the answer

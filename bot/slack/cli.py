@@ -1,0 +1,49 @@
+"""`vllm-doctor serve [--http] [--port N]`. Imports are lazy: `vllm-doctor --help` must not load
+slack_bolt or torch."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+from typing import Any
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--http",
+        action="store_true",
+        help="serve Slack's HTTP requests on POST /slack/events (needs SLACK_SIGNING_SECRET) instead of "
+        "Socket Mode (default, needs SLACK_APP_TOKEN)",
+    )
+    parser.add_argument(
+        "--port", type=int, default=None, metavar="N", help="HTTP port (default: VLLM_DOCTOR_HTTP_PORT or 3000); "
+        "GET /health is served in both modes"
+    )
+    parser.add_argument("--host", default=None, help="bind address (default: VLLM_DOCTOR_HTTP_HOST or 0.0.0.0)")
+
+
+def run(args: argparse.Namespace, settings: Any) -> int:
+    from bot.pipeline import Doctor
+    from bot.slack.service import SlackBot
+
+    logging.getLogger("bot").setLevel(logging.INFO)
+    print("loading the knowledge base and the embedding model…", file=sys.stderr)
+    doctor = Doctor.from_settings(settings)
+    bot = SlackBot(settings, doctor, http=args.http, host=args.host, port=args.port)
+
+    def _terminate(signum: int, _frame: Any) -> None:
+        raise KeyboardInterrupt  # PID 1 in a container gets no default SIGTERM handler
+
+    signal.signal(signal.SIGTERM, _terminate)
+    bot.start()
+    mode = f"HTTP on {bot.url}/slack/events" if args.http else "Socket Mode"
+    print(f"vllm-doctor is up: {mode}; health on {bot.url}/health", file=sys.stderr)
+    try:
+        bot.wait()
+    except KeyboardInterrupt:
+        print("stopping…", file=sys.stderr)
+    finally:
+        bot.stop()
+    return 0

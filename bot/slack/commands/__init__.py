@@ -1,0 +1,14 @@
+"""Slash commands: acked at once (usage and input errors go back in the ack), work on deps.workers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bot.slack.commands.vllm_diagnose import vllm_diagnose
+from bot.slack.commands.vllm_explain import vllm_explain
+from bot.slack.deps import SlackDeps
+
+
+def register(app: Any, deps: SlackDeps) -> None:
+    app.command("/vllm-explain")(vllm_explain(deps))
+    app.command("/vllm-diagnose")(vllm_diagnose(deps))

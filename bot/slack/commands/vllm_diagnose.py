@@ -1,0 +1,33 @@
+"""`/vllm-diagnose help` and `/vllm-diagnose <host|group> [check… | tier N]`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from bot.slack import blocks
+from bot.slack.conversation import Where
+from bot.slack.deps import SlackDeps
+from bot.slack.hosts import NOT_CONFIGURED, start_host_diagnosis
+
+
+def vllm_diagnose(deps: SlackDeps) -> Callable[..., None]:
+    def on_vllm_diagnose(ack: Any, command: dict[str, Any], client: Any, respond: Any) -> None:
+        words = (command.get("text") or "").split()
+        if not words or words[0].lower() in ("help", "-h", "--help", "?"):
+            ack(
+                **blocks.help_message(
+                    max_bytes=deps.max_bytes,
+                    watch_channels=sorted(deps.watch_channels),
+                    runner_enabled=deps.runner_enabled,
+                ).as_kwargs()
+            )
+            return
+        if deps.hosts is None:
+            ack(**blocks.notice(NOT_CONFIGURED).as_kwargs())
+            return
+        ack()
+        where = Where(channel=command["channel_id"], user=command.get("user_id"), thread_ts=None, respond=respond)
+        start_host_diagnosis(deps, client, where, words[0], words[1:])
+
+    return on_vllm_diagnose

@@ -1,0 +1,37 @@
+"""`/vllm-explain <log>`: the answer is posted in the channel (naming the asker) and its thread holds
+the details; where the bot cannot post, the answer comes back privately through the response_url."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from bot.errors import UserInputError
+from bot.slack import blocks
+from bot.slack.conversation import LogRequest, Where, diagnose_and_answer
+from bot.slack.deps import SlackDeps
+from bot.slack.files import check_text_size
+from bot.slack.incoming import slack_to_plain
+
+USAGE = (
+    "Usage: `/vllm-explain <paste the error log>`. For a long log, attach it as a file in a DM to me or "
+    "with a mention instead (slash commands carry only a few thousand characters)."
+)
+
+
+def vllm_explain(deps: SlackDeps) -> Callable[..., None]:
+    def on_vllm_explain(ack: Any, command: dict[str, Any], client: Any, respond: Any) -> None:
+        text = slack_to_plain(command.get("text") or "")
+        if not text.strip() or text.strip().lower() == "help":
+            ack(**blocks.notice(USAGE).as_kwargs())
+            return
+        try:
+            check_text_size(text, deps.max_bytes, "That log")
+        except UserInputError as exc:
+            ack(**blocks.input_error(str(exc)).as_kwargs())
+            return
+        ack()
+        where = Where(channel=command["channel_id"], user=command.get("user_id"), thread_ts=None, respond=respond)
+        deps.workers.submit(diagnose_and_answer, deps, client, LogRequest(where, text, mention_asker=True))
+
+    return on_vllm_explain

@@ -1,0 +1,819 @@
+"""KBIndex: dense (MiniLM vectors in FAISS) and lexical (BM25) search over KB cases, kept on disk.
+
+Each case is several documents: its `search_text()` ("case") and each example log after normalisation
+("example:<n>"). A case scores the max over its documents.
+
+On disk (`index_dir`):
+    manifest.json            format version, model id, dimension, KB hash, per-case and per-document
+                             hashes, document order, names of the data files below
+    vectors-<gen>.faiss      the vector store (row i = document i of the manifest)
+    bm25-<gen>/              the BM25 index (same rows)
+    .lock                    filelock: one writer at a time; readers hold it for the few ms of loading
+
+The manifest is written last and names its data files, so a crash mid-write leaves the previous index.
+`KBIndex.open()` reuses what it can: vectors are keyed by the sha256 of their document text, so only new
+or changed documents are embedded. Anything unusable (missing, truncated, bad JSON, wrong shape, other
+model) is rebuilt with one warning; an unwritable directory keeps the index in memory (one warning).
+The encoder model is loaded only when something must be embedded or a dense query is made.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+import shutil
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from filelock import FileLock
+from filelock import Timeout as LockTimeout
+
+from indexer.atomic import atomic_write_text
+from indexer.encoder import Encoder
+from indexer.lexical import TOKENIZER_VERSION, LexicalError, LexicalIndex
+from indexer.store import KINDS, StoreError, StoreKind, VectorStore, choose_kind
+from indexer.text import normalize_log_text
+from kb.loader import KnowledgeBase
+from kb.schema import Case
+
+log = logging.getLogger(__name__)
+
+FORMAT_VERSION = 1
+MANIFEST_NAME = "manifest.json"
+LOCK_NAME = ".lock"
+# How long open() waits for another process that is building the same index.
+LOCK_TIMEOUT_S = 600.0
+RRF_K = 60  # reciprocal-rank constant for the default order of search() results
+_GEN_RE = re.compile(r"^(vectors-[0-9a-f]+\.faiss|bm25-[0-9a-f]+)$")
+_readonly_warned: set[str] = set()
+
+
+# --------------------------------------------------------------------------------------------------
+# documents and results
+
+
+@dataclass(frozen=True)
+class Document:
+    case_id: str
+    name: str  # "case" or "example:<n>" (n = 0-based position in case.examples)
+    text: str
+    sha256: str
+
+
+def case_documents(case: Case) -> list[Document]:
+    """The texts that represent one case in the index."""
+    texts = [("case", case.search_text())]
+    texts += [(f"example:{i}", normalize_log_text(ex.log)) for i, ex in enumerate(case.examples)]
+    return [Document(case.id, name, text, _sha(text)) for name, text in texts]
+
+
+def case_hash(case: Case) -> str:
+    """Same formula as kb.loader, so a KB reloaded from disk after upsert_case() has the same hash."""
+    return hashlib.sha256(case.model_dump_json().encode()).hexdigest()
+
+
+def kb_content_hash(case_hashes: dict[str, str]) -> str:
+    return hashlib.sha256(
+        "\n".join(f"{k}:{case_hashes[k]}" for k in sorted(case_hashes)).encode()
+    ).hexdigest()
+
+
+@dataclass(frozen=True)
+class Hit:
+    """One case found by search. Scores are the max over the case's documents.
+
+    dense: cosine similarity in [-1, 1]; bm25: raw BM25 score (≥ 0, unbounded). dense_rank/bm25_rank:
+    1-based rank of the case in that retriever's own ranking, None when it is outside that retriever's
+    top k (or has no BM25 term in common with the query). In dense_search()/lexical_search() the other
+    retriever's fields are None.
+    """
+
+    case_id: str
+    dense: float | None
+    bm25: float | None
+    dense_rank: int | None
+    bm25_rank: int | None
+    best_doc: str  # the document that matched best: "case" or "example:<n>"
+    dense_doc: str | None = None
+    bm25_doc: str | None = None
+
+
+@dataclass(frozen=True)
+class IndexStats:
+    """What the last open/update did; `encoded` counts texts sent to the encoder."""
+
+    action: str  # loaded | built | updated | rebuilt
+    cases: int
+    documents: int
+    encoded: int
+    reused: int
+    seconds: float
+    persisted: bool
+    reason: str = ""
+
+
+# --------------------------------------------------------------------------------------------------
+# in-memory state (immutable; replaced as a whole so searches never see a half-updated index)
+
+
+@dataclass(frozen=True)
+class _State:
+    docs: tuple[Document, ...]
+    case_ids: tuple[str, ...]  # in row order; each case's documents are contiguous rows
+    case_starts: np.ndarray  # row of each case's first document
+    doc_case: np.ndarray  # case position of each row
+    case_hashes: dict[str, str]
+    store: VectorStore
+    lexical: LexicalIndex
+    model_id: str
+    dim: int
+    generation: str | None = None  # data-file generation on disk, None when in memory only
+
+    @classmethod
+    def assemble(
+        cls,
+        docs: list[Document],
+        case_hashes: dict[str, str],
+        store: VectorStore,
+        lexical: LexicalIndex,
+        model_id: str,
+        generation: str | None = None,
+    ) -> _State:
+        case_ids: list[str] = []
+        starts: list[int] = []
+        doc_case = np.empty(len(docs), dtype=np.int64)
+        seen: set[str] = set()
+        for row, doc in enumerate(docs):
+            if not case_ids or case_ids[-1] != doc.case_id:
+                if doc.case_id in seen:
+                    raise AssertionError(f"documents of case {doc.case_id} are not contiguous")
+                seen.add(doc.case_id)
+                case_ids.append(doc.case_id)
+                starts.append(row)
+            doc_case[row] = len(case_ids) - 1
+        return cls(
+            tuple(docs),
+            tuple(case_ids),
+            np.asarray(starts, dtype=np.int64),
+            doc_case,
+            dict(case_hashes),
+            store,
+            lexical,
+            model_id,
+            store.dim,
+            generation,
+        )
+
+    def case_rows(self, pos: int) -> range:
+        end = int(self.case_starts[pos + 1]) if pos + 1 < len(self.case_starts) else len(self.docs)
+        return range(int(self.case_starts[pos]), end)
+
+    def case_max(self, doc_scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per-case max of per-document scores, and the row that achieved it."""
+        maxima = np.maximum.reduceat(doc_scores, self.case_starts)
+        # first row of each case whose score equals the case max
+        is_max = doc_scores == maxima[self.doc_case]
+        rows = np.full(len(self.case_ids), -1, dtype=np.int64)
+        hit_rows = np.nonzero(is_max)[0]
+        cases_of_hits = self.doc_case[hit_rows]
+        rows[cases_of_hits[::-1]] = hit_rows[::-1]  # reversed: the first occurrence wins
+        return maxima, rows
+
+
+class _Invalid(Exception):
+    """The stored index cannot be used; the message says why (goes into the one warning line)."""
+
+
+@dataclass
+class _Stored:
+    manifest: dict[str, Any]
+    docs: list[dict[str, str]]  # [{"case": id, "doc": name, "sha256": …}] in row order
+    store: VectorStore
+    lexical: LexicalIndex | None  # None when the BM25 files are unusable (rebuilt from texts, no re-embed)
+    lexical_problem: str = ""
+
+
+# --------------------------------------------------------------------------------------------------
+
+
+class KBIndex:
+    """Search index over a KnowledgeBase. Build with `KBIndex.open(kb, index_dir, encoder_factory)`."""
+
+    def __init__(self, index_dir: Path, encoder_factory: Callable[[], Encoder], store_kind: str = "auto"):
+        if store_kind not in ("auto", *KINDS):
+            raise ValueError(f"store_kind must be 'auto', 'flat' or 'hnsw', not {store_kind!r}")
+        self.index_dir = Path(index_dir)
+        self._encoder_factory = encoder_factory
+        self._encoder: Encoder | None = None
+        self._store_kind = store_kind
+        self._state: _State | None = None
+        self._persistent = True
+        self._mutex = threading.RLock()  # one mutation at a time; lazy encoder creation
+        self._store_lock = threading.Lock()  # faiss: no search while an HNSW graph grows in place
+        self.stats: IndexStats | None = None
+
+    # ---------------------------------------------------------------------------- public API
+
+    @classmethod
+    def open(
+        cls,
+        kb: KnowledgeBase,
+        index_dir: Path,
+        encoder_factory: Callable[[], Encoder],
+        *,
+        store_kind: str = "auto",
+        force_rebuild: bool = False,
+    ) -> KBIndex:
+        """Load the index in `index_dir` for this KB, building or updating it as needed.
+
+        `encoder_factory()` is called once, here; it must be cheap (SentenceTransformerEncoder is: the
+        model itself loads on the first encode()). store_kind: "auto" (flat below
+        store.HNSW_MIN_VECTORS vectors, HNSW above), "flat" or "hnsw".
+        """
+        index = cls(index_dir, encoder_factory, store_kind)
+        index._sync([case for case in kb.cases], force_rebuild=force_rebuild)
+        return index
+
+    @property
+    def model_id(self) -> str:
+        return self._state_or_raise().model_id
+
+    @property
+    def case_ids(self) -> tuple[str, ...]:
+        return self._state_or_raise().case_ids
+
+    @property
+    def documents(self) -> tuple[Document, ...]:
+        return self._state_or_raise().docs
+
+    @property
+    def store_kind(self) -> str:
+        return self._state_or_raise().store.kind
+
+    @property
+    def persistent(self) -> bool:
+        """False when the index lives in memory only (unwritable index_dir)."""
+        return self._persistent
+
+    def __len__(self) -> int:
+        return len(self._state_or_raise().case_ids)
+
+    def __contains__(self, case_id: object) -> bool:
+        return case_id in self._state_or_raise().case_hashes
+
+    def search(self, query: str, k: int = 10) -> list[Hit]:
+        """Cases from both retrievers: the union of the dense top k and the BM25 top k (so up to 2k hits),
+        each with both scores filled in exactly. Ordered by reciprocal-rank fusion (k=60) as a neutral
+        default; callers fuse the scores as they see fit."""
+        state = self._state_or_raise()
+        if not query.strip() or not state.case_ids or k <= 0:
+            return []
+        qv = self._embed_query(query, state)
+        doc_dense = self._dense_doc_scores(state, qv, k)
+        dense_scores, _ = state.case_max(doc_dense)
+        bm25_scores, bm25_rows = state.case_max(state.lexical.scores(query))
+        dense_top = _top(dense_scores, k, positive_only=False)
+        bm25_top = _top(bm25_scores, k, positive_only=True)
+        union = list(dict.fromkeys([*dense_top.tolist(), *bm25_top.tolist()]))
+        self._fill_exact(state, qv, doc_dense, union)  # BM25-only candidates lack a dense score (HNSW)
+        dense_scores, dense_rows = state.case_max(doc_dense)
+        dense_rank = {c: r for r, c in enumerate(dense_top.tolist(), 1)}
+        bm25_rank = {c: r for r, c in enumerate(bm25_top.tolist(), 1)}
+        hits = []
+        for pos in union:
+            d_rank, b_rank = dense_rank.get(pos), bm25_rank.get(pos)
+            d_doc = state.docs[int(dense_rows[pos])].name
+            b_doc = state.docs[int(bm25_rows[pos])].name if bm25_scores[pos] > 0 else None
+            lexical_better = b_doc is not None and b_rank is not None and (d_rank is None or b_rank < d_rank)
+            hits.append(
+                Hit(
+                    state.case_ids[pos],
+                    float(dense_scores[pos]),
+                    float(bm25_scores[pos]),
+                    d_rank,
+                    b_rank,
+                    b_doc if lexical_better and b_doc else d_doc,
+                    d_doc,
+                    b_doc,
+                )
+            )
+        hits.sort(key=lambda h: (-_rrf(h.dense_rank, h.bm25_rank), -(h.dense or 0.0), h.case_id))
+        return hits
+
+    def dense_search(self, query: str, k: int = 10) -> list[Hit]:
+        """Top k cases by embedding similarity only (ablation)."""
+        state = self._state_or_raise()
+        if not query.strip() or not state.case_ids or k <= 0:
+            return []
+        scores, rows = state.case_max(self._dense_doc_scores(state, self._embed_query(query, state), k))
+        top = _top(scores, k, positive_only=False)
+        return [
+            Hit(
+                state.case_ids[p],
+                float(scores[p]),
+                None,
+                r,
+                None,
+                state.docs[int(rows[p])].name,
+                state.docs[int(rows[p])].name,
+                None,
+            )
+            for r, p in enumerate(top.tolist(), 1)
+        ]
+
+    def lexical_search(self, query: str, k: int = 10) -> list[Hit]:
+        """Top k cases by BM25 only (ablation). Never loads the embedding model."""
+        state = self._state_or_raise()
+        if not query.strip() or not state.case_ids or k <= 0:
+            return []
+        scores, rows = state.case_max(state.lexical.scores(query))
+        top = _top(scores, k, positive_only=True)
+        return [
+            Hit(
+                state.case_ids[p],
+                None,
+                float(scores[p]),
+                None,
+                r,
+                state.docs[int(rows[p])].name,
+                None,
+                state.docs[int(rows[p])].name,
+            )
+            for r, p in enumerate(top.tolist(), 1)
+        ]
+
+    def upsert_case(self, case: Case) -> IndexStats:
+        """Add a new case or replace a changed one; only its new/changed documents are embedded."""
+        with self._mutex:
+            state = self._state_or_raise()
+            new_docs = case_documents(case)
+            if case.id in state.case_hashes:
+                pos = state.case_ids.index(case.id)
+                rows = state.case_rows(pos)
+                docs = [*state.docs[: rows.start], *new_docs, *state.docs[rows.stop :]]
+            else:
+                docs = [*state.docs, *new_docs]
+            hashes = {**state.case_hashes, case.id: case_hash(case)}
+            return self._apply(state, docs, hashes, action="updated", reason=f"case {case.id} upserted")
+
+    def remove_case(self, case_id: str) -> IndexStats:
+        """Drop a case and its documents. KeyError if the index does not hold it."""
+        with self._mutex:
+            state = self._state_or_raise()
+            if case_id not in state.case_hashes:
+                raise KeyError(f"case {case_id!r} is not in the index")
+            docs = [d for d in state.docs if d.case_id != case_id]
+            hashes = {k: v for k, v in state.case_hashes.items() if k != case_id}
+            return self._apply(state, docs, hashes, action="updated", reason=f"case {case_id} removed")
+
+    def rebuild(self) -> IndexStats:
+        """Re-embed every document from scratch (e.g. after swapping the model files in place)."""
+        with self._mutex:
+            state = self._state_or_raise()
+            return self._apply(
+                state,
+                list(state.docs),
+                state.case_hashes,
+                action="rebuilt",
+                reason="rebuild requested",
+                reuse=False,
+            )
+
+    # ---------------------------------------------------------------------------- search internals
+
+    def _state_or_raise(self) -> _State:
+        if self._state is None:
+            raise RuntimeError("KBIndex is not open; use KBIndex.open(kb, index_dir, encoder_factory)")
+        return self._state
+
+    def encoder(self) -> Encoder:
+        """The encoder (created on first need; SentenceTransformerEncoder loads its model on first encode)."""
+        with self._mutex:
+            if self._encoder is None:
+                self._encoder = self._encoder_factory()
+            return self._encoder
+
+    def _embed_query(self, query: str, state: _State) -> np.ndarray:
+        vec = self.encoder().encode([query])
+        if vec.shape != (1, state.dim):
+            raise ValueError(f"encoder returned shape {vec.shape}, index dimension is {state.dim}")
+        return vec[0]
+
+    def _dense_doc_scores(self, state: _State, qv: np.ndarray, k: int) -> np.ndarray:
+        """Cosine of every document: exact for a flat store; for HNSW only the candidate window is
+        filled (others -inf), widened until it covers k cases."""
+        n_docs = len(state.docs)
+        if state.store.kind == "flat":
+            return state.store.all_scores(qv)
+        docs_per_case = max(1, n_docs // max(1, len(state.case_ids)))
+        window = min(n_docs, max(64, 4 * k * docs_per_case))
+        while True:
+            with self._store_lock:
+                scores, rows = state.store.search(qv, window)
+            keep = rows < n_docs  # rows appended for a newer state are not ours
+            scores, rows = scores[keep], rows[keep]
+            doc_scores = np.full(n_docs, -np.inf, dtype=np.float32)
+            doc_scores[rows] = scores
+            if window >= n_docs or len(np.unique(state.doc_case[rows])) >= min(k, len(state.case_ids)):
+                return doc_scores
+            window = min(n_docs, window * 4)
+
+    def _fill_exact(
+        self, state: _State, qv: np.ndarray, doc_scores: np.ndarray, positions: list[int]
+    ) -> None:
+        """Exact cosine for the documents of these cases where the approximate search left a gap."""
+        for pos in positions:
+            rows = state.case_rows(pos)
+            if np.isfinite(doc_scores[rows.start : rows.stop]).all():
+                continue
+            with self._store_lock:
+                vectors = state.store.reconstruct(list(rows))
+            doc_scores[rows.start : rows.stop] = vectors @ qv
+
+    # ---------------------------------------------------------------------------- building and loading
+
+    def _sync(self, cases: list[Case], force_rebuild: bool) -> None:
+        """Bring the stored index in line with `cases` (the open() path)."""
+        started = time.perf_counter()
+        docs_by_case = {case.id: case_documents(case) for case in cases}
+        hashes = {case.id: case_hash(case) for case in cases}
+        lock = self._acquire_lock()
+        try:
+            stored: _Stored | None = None
+            problem = ""
+            try:
+                stored = self._read_stored()
+            except _Invalid as exc:
+                problem = str(exc)
+            model_id = self.encoder().model_id
+            if stored is not None and stored.manifest.get("model_id") != model_id:
+                problem = f"was built with model {stored.manifest.get('model_id')}, now {model_id}"
+                stored = None
+            if force_rebuild:
+                problem, stored = "rebuild requested", None
+            self._build_from(stored, docs_by_case, [c.id for c in cases], hashes, problem, started)
+        finally:
+            if lock is not None:
+                lock.release()
+
+    def _build_from(
+        self,
+        stored: _Stored | None,
+        docs_by_case: dict[str, list[Document]],
+        kb_order: list[str],
+        hashes: dict[str, str],
+        problem: str,
+        started: float,
+    ) -> None:
+        # Layout: stored case order first (so pure additions append rows), then new cases in KB order.
+        order = (
+            [c for c in dict.fromkeys(d["case"] for d in stored.docs) if c in docs_by_case] if stored else []
+        )
+        order += [c for c in kb_order if c not in set(order)]
+        docs = [d for c in order for d in docs_by_case[c]]
+        stored_keys = [(d["case"], d["doc"], d["sha256"]) for d in stored.docs] if stored else []
+        new_keys = [(d.case_id, d.name, d.sha256) for d in docs]
+
+        kind = self._wanted_kind(len(docs))
+        unchanged = stored is not None and stored_keys == new_keys and stored.store.kind == kind
+        if unchanged and stored is not None and stored.lexical is not None:
+            state = _State.assemble(
+                docs,
+                hashes,
+                stored.store,
+                stored.lexical,
+                stored.manifest["model_id"],
+                stored.manifest.get("generation"),
+            )
+            if stored.manifest.get("case_hashes") != hashes:
+                # cases changed in fields that are not searched (severity, references…): no re-embedding,
+                # just record the new hashes so the manifest describes this KB
+                log.info("search index: KB metadata changed, documents unchanged; updating the manifest")
+                state = self._persist(state)
+            self._state = state
+            self.stats = IndexStats(
+                "loaded", len(order), len(docs), 0, len(docs), time.perf_counter() - started, self._persistent
+            )
+            return
+
+        reused_vectors: dict[str, np.ndarray] = {}
+        if stored is not None:
+            vectors = stored.store.vectors()
+            for row, entry in enumerate(stored.docs):
+                reused_vectors.setdefault(entry["sha256"], vectors[row])
+        to_encode = list({d.sha256: d for d in docs if d.sha256 not in reused_vectors}.values())
+
+        # Say once, before the slow part, what is happening and why.
+        removed = sorted(set(c for c, _, _ in stored_keys) - set(order)) if stored else []
+        if stored is None:
+            if problem == "missing":
+                message = f"search index: none in {self.index_dir} yet; building it ({len(order)} cases, {len(docs)} documents)"
+            else:
+                message = f"search index in {self.index_dir} {problem}; rebuilding ({len(order)} cases, {len(docs)} documents)"
+        elif unchanged:
+            message = (
+                f"search index in {self.index_dir}: {stored.lexical_problem}; rebuilt BM25 (no re-embedding)"
+            )
+        else:
+            changed = sorted({d.case_id for d in to_encode})
+            parts = []
+            if changed:
+                parts.append(f"{len(changed)} new/changed case(s)")
+            if removed:
+                parts.append(f"{len(removed)} removed")
+            if stored.store.kind != kind:
+                parts.append(f"store {stored.store.kind} → {kind}")
+            if stored.lexical is None:
+                parts.append(stored.lexical_problem)
+            message = (
+                f"search index in {self.index_dir} is stale ({', '.join(parts) or 'document order changed'}); "
+                f"re-embedding {len(to_encode)} of {len(docs)} documents"
+            )
+        log.warning(message)
+
+        encoded = self._encode([d.text for d in to_encode])
+        for doc, vec in zip(to_encode, encoded, strict=True):
+            reused_vectors[doc.sha256] = vec
+        dim = int(encoded.shape[1]) if len(encoded) else (stored.store.dim if stored else self.encoder().dim)
+        matrix = (
+            np.vstack([reused_vectors[d.sha256] for d in docs]) if docs else np.zeros((0, dim), np.float32)
+        )
+
+        if stored is not None and stored.store.kind == kind and new_keys[: len(stored_keys)] == stored_keys:
+            store = stored.store  # only appended rows: keep the built graph/matrix, add the rest
+            store.add(matrix[len(stored_keys) :])
+        else:
+            store = VectorStore.build(matrix, kind, dim=dim)
+        if unchanged and stored is not None and stored.lexical is not None:
+            lexical = stored.lexical
+        else:
+            lexical = LexicalIndex.build([d.text for d in docs])
+        model_id = self.encoder().model_id
+        state = _State.assemble(docs, hashes, store, lexical, model_id)
+        state = self._persist(state)
+        self._state = state
+        action = "built" if stored is None else "updated"
+        self.stats = IndexStats(
+            action,
+            len(order),
+            len(docs),
+            len(to_encode),
+            len(docs) - len(to_encode),
+            time.perf_counter() - started,
+            self._persistent,
+            problem or message,
+        )
+
+    def _apply(
+        self,
+        state: _State,
+        docs: list[Document],
+        hashes: dict[str, str],
+        *,
+        action: str,
+        reason: str,
+        reuse: bool = True,
+    ) -> IndexStats:
+        """Swap in a new document list (upsert/remove/rebuild), embedding only what is new."""
+        started = time.perf_counter()
+        old_keys = [d.sha256 for d in state.docs]
+        vectors_by_sha: dict[str, np.ndarray] = {}
+        if reuse:
+            old_vectors = state.store.vectors()
+            for row, sha in enumerate(old_keys):
+                vectors_by_sha.setdefault(sha, old_vectors[row])
+        to_encode = list({d.sha256: d for d in docs if d.sha256 not in vectors_by_sha}.values())
+        encoded = self._encode([d.text for d in to_encode])
+        for doc, vec in zip(to_encode, encoded, strict=True):
+            vectors_by_sha[doc.sha256] = vec
+        kind = self._wanted_kind(len(docs))
+        new_keys = [d.sha256 for d in docs]
+        if reuse and kind == state.store.kind == "hnsw" and new_keys[: len(old_keys)] == old_keys:
+            # pure append (a new case) to a graph that takes seconds to rebuild: grow it in place.
+            # Searches on the old state skip the new rows (row >= their document count).
+            appended = [vectors_by_sha[s] for s in new_keys[len(old_keys) :]]
+            with self._store_lock:
+                state.store.add(np.vstack(appended) if appended else np.zeros((0, state.dim), np.float32))
+            store = state.store
+        else:  # flat: a fresh copy costs milliseconds and never touches the store searches are using
+            matrix = (
+                np.vstack([vectors_by_sha[s] for s in new_keys])
+                if docs
+                else np.zeros((0, state.dim), np.float32)
+            )
+            store = VectorStore.build(matrix, kind, dim=state.dim)
+        lexical = LexicalIndex.build([d.text for d in docs])
+        new_state = _State.assemble(docs, hashes, store, lexical, state.model_id)
+        with self._file_lock_for_write():
+            new_state = self._persist(new_state)
+        self._state = new_state
+        self.stats = IndexStats(
+            action,
+            len(new_state.case_ids),
+            len(docs),
+            len(to_encode),
+            len(docs) - len(to_encode),
+            time.perf_counter() - started,
+            self._persistent,
+            reason,
+        )
+        return self.stats
+
+    def _wanted_kind(self, n_docs: int) -> StoreKind:
+        return choose_kind(n_docs) if self._store_kind == "auto" else self._store_kind  # type: ignore[return-value]
+
+    def _encode(self, texts: list[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, 0), dtype=np.float32)
+        vectors = np.asarray(self.encoder().encode(texts), dtype=np.float32)
+        if vectors.ndim != 2 or vectors.shape[0] != len(texts):
+            raise ValueError(f"encoder returned shape {vectors.shape} for {len(texts)} texts")
+        return vectors
+
+    # ---------------------------------------------------------------------------- disk
+
+    def _acquire_lock(self) -> FileLock | None:
+        """The directory lock, or None when the directory cannot be written (then: memory only)."""
+        try:
+            self.index_dir.mkdir(parents=True, exist_ok=True)
+            lock = FileLock(str(self.index_dir / LOCK_NAME), timeout=LOCK_TIMEOUT_S)
+            lock.acquire()
+            return lock
+        except LockTimeout:
+            self._go_memory_only(
+                f"another process has held {self.index_dir / LOCK_NAME} for {LOCK_TIMEOUT_S:.0f} s"
+            )
+        except OSError as exc:
+            self._go_memory_only(f"cannot write to {self.index_dir} ({exc.strerror or exc})")
+        return None
+
+    def _file_lock_for_write(self) -> _LockContext:
+        return _LockContext(self)
+
+    def _go_memory_only(self, why: str) -> None:
+        self._persistent = False
+        key = str(self.index_dir.resolve()) if self.index_dir.exists() else str(self.index_dir)
+        if key not in _readonly_warned:
+            _readonly_warned.add(key)
+            log.warning("search index: %s; keeping the index in memory only", why)
+
+    def _read_stored(self) -> _Stored:
+        path = self.index_dir / MANIFEST_NAME
+        try:
+            raw = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise _Invalid("missing") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise _Invalid(f"has an unreadable manifest ({exc})") from exc
+        try:
+            manifest = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise _Invalid(f"has a corrupt manifest ({exc.msg} at line {exc.lineno})") from exc
+        if not isinstance(manifest, dict):
+            raise _Invalid("has a corrupt manifest (not a JSON object)")
+        if manifest.get("format_version") != FORMAT_VERSION:
+            raise _Invalid(
+                f"has format version {manifest.get('format_version')!r} (this version reads {FORMAT_VERSION})"
+            )
+        try:
+            docs = manifest["documents"]
+            dim = int(manifest["dimension"])
+            vectors_file = str(manifest["vectors_file"])
+            vectors_size = int(manifest["vectors_bytes"])
+            bm25_dir = str(manifest["bm25_dir"])
+            str(manifest["model_id"])
+            if not isinstance(docs, list) or not all(
+                isinstance(d, dict) and {"case", "doc", "sha256"} <= d.keys() for d in docs
+            ):
+                raise TypeError("documents")
+        except (KeyError, TypeError, ValueError) as exc:
+            raise _Invalid(f"has a corrupt manifest (field {exc})") from exc
+        if not _GEN_RE.match(vectors_file) or not _GEN_RE.match(bm25_dir):
+            raise _Invalid("has a corrupt manifest (bad data file names)")
+        vectors_path = self.index_dir / vectors_file
+        try:
+            size = vectors_path.stat().st_size
+        except OSError:
+            raise _Invalid(f"is missing its vector file {vectors_file}") from None
+        if size != vectors_size:
+            raise _Invalid(
+                f"has a truncated or altered vector file ({size} bytes, manifest says {vectors_size})"
+            )
+        try:
+            store = VectorStore.load(vectors_path)
+        except StoreError as exc:
+            raise _Invalid(f"has a corrupt vector file ({exc})") from exc
+        if store.dim != dim or len(store) != len(docs):
+            raise _Invalid(
+                f"has vectors of shape ({len(store)}, {store.dim}), manifest expects ({len(docs)}, {dim})"
+            )
+        lexical: LexicalIndex | None = None
+        lexical_problem = ""
+        try:
+            if manifest.get("tokenizer") != TOKENIZER_VERSION:
+                raise LexicalError(f"BM25 built with tokenizer {manifest.get('tokenizer')!r}")
+            lexical = LexicalIndex.load(self.index_dir / bm25_dir)
+            if lexical.n_docs != len(docs):
+                raise LexicalError(f"BM25 index has {lexical.n_docs} documents, expected {len(docs)}")
+        except LexicalError as exc:
+            lexical, lexical_problem = None, f"BM25 index unusable ({exc})"
+        return _Stored(manifest, docs, store, lexical, lexical_problem)
+
+    def _persist(self, state: _State) -> _State:
+        """Write data files under a new generation name, then the manifest (the commit point), then
+        delete older generations. Caller holds the directory lock. On failure: memory only."""
+        if not self._persistent:
+            return state
+        generation = f"{time.time_ns():x}{os.getpid():x}"
+        vectors_file, bm25_dir = f"vectors-{generation}.faiss", f"bm25-{generation}"
+        try:
+            size = state.store.save(self.index_dir / vectors_file)
+            state.lexical.save(self.index_dir / bm25_dir)
+            manifest = {
+                "format_version": FORMAT_VERSION,
+                "model_id": state.model_id,
+                "dimension": state.dim,
+                "normalisation": "L2-normalised vectors, inner product (cosine)",
+                "documents_from": "case.search_text() + indexer.text.normalize_log_text(example.log)",
+                "tokenizer": TOKENIZER_VERSION,
+                "store_kind": state.store.kind,
+                "kb_content_hash": kb_content_hash(state.case_hashes),
+                "case_hashes": dict(sorted(state.case_hashes.items())),
+                "generation": generation,
+                "vectors_file": vectors_file,
+                "vectors_bytes": size,
+                "bm25_dir": bm25_dir,
+                "documents": [{"case": d.case_id, "doc": d.name, "sha256": d.sha256} for d in state.docs],
+                "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            }
+            atomic_write_text(self.index_dir / MANIFEST_NAME, json.dumps(manifest, indent=1) + "\n")
+        except OSError as exc:
+            self._go_memory_only(f"cannot write to {self.index_dir} ({exc.strerror or exc})")
+            _remove_paths(self.index_dir / vectors_file, self.index_dir / bm25_dir)
+            return state
+        _remove_paths(
+            *(
+                p
+                for p in self.index_dir.iterdir()
+                if (_GEN_RE.match(p.name) and generation not in p.name) or p.name.endswith(".tmp")
+            )
+        )
+        return replace(state, generation=generation)
+
+
+class _LockContext:
+    """Directory lock for upsert/remove/rebuild; degrades to memory-only like open()."""
+
+    def __init__(self, index: KBIndex):
+        self._index = index
+        self._lock: FileLock | None = None
+
+    def __enter__(self) -> _LockContext:
+        if self._index.persistent:
+            self._lock = self._index._acquire_lock()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._lock is not None:
+            self._lock.release()
+
+
+def _top(scores: np.ndarray, k: int, positive_only: bool) -> np.ndarray:
+    """Positions of the k best scores, best first, ties by position; -inf (not retrieved) left out."""
+    k = min(k, len(scores))
+    if k <= 0:
+        return np.zeros(0, dtype=np.int64)
+    top = np.argpartition(-scores, k - 1)[:k]
+    top = top[np.lexsort((top, -scores[top]))]
+    return top[scores[top] > 0] if positive_only else top[np.isfinite(scores[top])]
+
+
+def _rrf(*ranks: int | None) -> float:
+    return sum(1.0 / (RRF_K + r) for r in ranks if r is not None)
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _remove_paths(*paths: Iterable[Path] | Path) -> None:
+    for path in paths:
+        p = Path(path)  # type: ignore[arg-type]
+        try:
+            if p.is_dir():
+                shutil.rmtree(p, ignore_errors=True)
+            elif p.exists():
+                p.unlink()
+        except OSError:
+            pass
+
+
+__all__ = ["Document", "Hit", "IndexStats", "KBIndex", "case_documents"]

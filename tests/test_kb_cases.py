@@ -1,0 +1,40 @@
+"""Self-test of the bundled KB: every example is recognised as its own case, signatures are exact
+fingerprints (they hit their examples and never fire on a healthy start-up), referenced checks exist."""
+
+from __future__ import annotations
+
+import pytest
+
+from bot.distill import distill
+from bot.match import SignatureScanner
+from kb.loader import load_kb
+
+KB = load_kb()
+EXAMPLES = [(case.id, i, ex.log) for case in KB.cases for i, ex in enumerate(case.examples)]
+
+
+@pytest.mark.parametrize(("case_id", "n", "log"), EXAMPLES, ids=[f"{c}#{n}" for c, n, _ in EXAMPLES])
+def test_each_example_hits_its_own_signature(case_id: str, n: int, log: str) -> None:
+    case = KB.by_id()[case_id]
+    hits = SignatureScanner([case]).scan(distill(log).cleaned)
+    assert case_id in hits, f"{case_id} example {n}: no signature of the case matches its own example"
+
+
+def test_no_signature_fires_on_healthy_startup(healthy_logs: dict[str, str]) -> None:
+    scanner = SignatureScanner(KB.cases)
+    for name, text in healthy_logs.items():
+        hits = scanner.scan(distill(text).cleaned)
+        assert not hits, f"{name}: signatures fired on a healthy start-up: " + "; ".join(
+            f"{cid}: {h[0].line.text[:100]!r} ~ {h[0].pattern!r}" for cid, h in hits.items()
+        )
+
+
+@pytest.mark.parametrize(("case_id", "n", "log"), EXAMPLES, ids=[f"{c}#{n}" for c, n, _ in EXAMPLES])
+def test_each_example_is_diagnosed_as_its_case(doctor, case_id: str, n: int, log: str) -> None:
+    d = doctor.diagnose(log)
+    ids = [m.case_id for m in d.matches]
+    if KB.by_id()[case_id].secondary:
+        assert case_id in ids[:3], f"{case_id}#{n} not in top-3: {ids}"
+    else:
+        assert ids and ids[0] == case_id, f"{case_id}#{n} ranked {ids[:3]} ({d.verdict})"
+        assert d.verdict == "match"
