@@ -15,13 +15,14 @@ from itertools import accumulate, islice
 from bot.errors import BinaryInput, EmptyInput, InputTooLarge
 from bot.models import Distilled, LogLine
 from bot.redact import redact
-from indexer.text import clean_line, mask, strip_ansi
+from indexer.text import BOILERPLATE_RE, clean_line, mask, strip_ansi
 
 MAX_EVIDENCE = 40
 MAX_ROOTS = 12
 MAX_CANDIDATES = 3000  # cleaned lines kept for signature scanning
 FRAMES_PER_TRACEBACK = 3
 MAX_TRACEBACK_LINES = 400
+CONTEXT_WINDOW = 5  # lines before a root error kept as its context
 
 # Fast pre-filter: a line is looked at only if it contains one of these (lower-case) words. Finding
 # them with str.find over the lower-cased paste is far faster than a regex alternation per line, which is
@@ -34,6 +35,7 @@ _KEYWORDS = (
     "no module", "undefined symbol", "not available", "does not", "must be", "abort", "panic", "errno",
     "gated", "unauthori", "forbidden", "401", "403", "404", "address already in use", "no space left",
     "shared memory", "trust_remote_code", "chat template", "deprecat", "slow", "hang", "stuck",
+    "socket", "interface", "fallen off", "nvrm", "last error", "not responding", "overflow", "illegal",
     "不", "错", "失败", "异常",
 )
 _TRACEBACK_START = re.compile(r"Traceback \(most recent call last\)")
@@ -92,11 +94,11 @@ def _is_frame_or_code(cleaned: str) -> bool:
     return cleaned.startswith((" ", "\t")) or cleaned.lstrip().startswith(("^", "~"))
 
 
-def _interesting_lines(text_lower: str, offsets: list[int]) -> list[int]:
+def _interesting_lines(text_lower: str, offsets: list[int], extra: tuple[str, ...] = ()) -> list[int]:
     """Indices of lines containing a keyword, found with str.find (linear, C speed)."""
     found: set[int] = set()
     n_lines = len(offsets) - 1
-    for kw in _KEYWORDS:
+    for kw in (*_KEYWORDS, *extra):
         pos = text_lower.find(kw)
         while pos != -1:
             idx = bisect_right(offsets, pos) - 1
@@ -107,8 +109,19 @@ def _interesting_lines(text_lower: str, offsets: list[int]) -> list[int]:
     return sorted(found)
 
 
-def distill(text: str, notes: tuple[str, ...] = ()) -> Distilled:
-    """Distil a decoded paste. Linear in its size."""
+def extra_keywords(literals: list[str]) -> tuple[str, ...]:
+    """Lower-cased literals (e.g. from KB signatures) that the built-in keywords would not find, so a
+    line that a signature can match is never dropped by the pre-filter."""
+    out = []
+    for lit in literals:
+        lit = lit.lower().strip()
+        if len(lit) >= 5 and not any(kw in lit for kw in _KEYWORDS) and lit not in out:
+            out.append(lit)
+    return tuple(out)
+
+
+def distill(text: str, notes: tuple[str, ...] = (), keywords: tuple[str, ...] = ()) -> Distilled:
+    """Distil a decoded paste. Linear in its size. `keywords` extends the pre-filter (see extra_keywords)."""
     total_bytes = len(text)
     if "\x1b" in text:
         text = strip_ansi(text)
@@ -116,7 +129,7 @@ def distill(text: str, notes: tuple[str, ...] = ()) -> Distilled:
         text = text.replace("\r\n", "\n").replace("\r", "\n")
     lines = text.split("\n")
     offsets = list(accumulate((len(line) + 1 for line in lines), initial=0))
-    interesting = _interesting_lines(text.lower(), offsets)
+    interesting = _interesting_lines(text.lower(), offsets, keywords)
     cjk = sum(1 for _ in islice(_CJK.finditer(text), 6))
 
     seen: set[str] = set()  # masked text of lines already kept (folds ranks / repeats)
@@ -140,7 +153,16 @@ def distill(text: str, notes: tuple[str, ...] = ()) -> Distilled:
         stripped = cleaned.strip()
         if not stripped:
             continue
-        if _TRACEBACK_START.search(stripped):
+        tb = _TRACEBACK_START.search(stripped)
+        if tb:
+            # "Exception in worker …: NCCL error: …, Traceback (most recent call last):" carries the
+            # error itself before the traceback header: keep that part as a root line too.
+            head = stripped[: tb.start()].rstrip(" ,:;")
+            if len(head) > 15 and mask(head) not in seen:
+                seen.add(mask(head))
+                line = LogLine(idx + 1, head, "root")
+                roots.append(line)
+                _keep(candidates, head_candidates, line)
             exc, frames, next_free = _walk_traceback(lines, idx + 1)
             if exc is None:
                 dangling_frames = frames
@@ -156,6 +178,9 @@ def distill(text: str, notes: tuple[str, ...] = ()) -> Distilled:
         if key in seen or _CHAINED.match(stripped):
             continue
         seen.add(key)
+        if BOILERPLATE_RE.search(stripped):  # visible to signatures, but not evidence or query
+            _keep(candidates, head_candidates, LogLine(idx + 1, stripped, "context"))
+            continue
         is_root = bool(_ROOT_MARKERS.search(stripped) or _EXCEPTION_LINE.match(stripped)) or bool(
             _LEVEL_ERROR.match(raw.lstrip()) and not _is_frame_or_code(cleaned)
         )
@@ -228,11 +253,15 @@ def _select_evidence(
             chosen.setdefault(frame.line_no, frame)
     room = MAX_EVIDENCE - len(chosen)
     if room > 0 and context:
-        # Context lines closest to (before) a root error matter most; without roots, the last ones.
-        anchors = [r.line_no for r in roots] or [len(lines) + 1]
-        ranked = sorted(context, key=lambda c: min((a - c.line_no) if a >= c.line_no else 10**9 for a in anchors))
-        for c in ranked[:room]:
-            chosen.setdefault(c.line_no, c)
+        if roots:
+            # Only context just before a root error explains it; the rest of a long paste is noise.
+            anchors = [r.line_no for r in roots]
+            near = [c for c in context if any(0 < a - c.line_no <= CONTEXT_WINDOW for a in anchors)]
+            for c in near[-room:]:
+                chosen.setdefault(c.line_no, c)
+        else:  # no error line at all (warnings, slowness): the last interesting lines
+            for c in context[-min(room, 20):]:
+                chosen.setdefault(c.line_no, c)
     if not chosen:  # nothing looked like an error: keep the last lines so the user sees what we saw
         tail = [(i + 1, clean_line(raw).strip()) for i, raw in enumerate(lines) if raw.strip()][-20:]
         for line_no, text in tail:

@@ -122,12 +122,19 @@ class LLMClient:
         max_len = extra.get("max_model_len")
         info = ServerInfo(
             model=wanted,
-            max_model_len=int(max_len) if isinstance(max_len, int) and max_len > 0 else DEFAULT_CONTEXT_TOKENS,
+            max_model_len=int(max_len)
+            if isinstance(max_len, int) and max_len > 0
+            else DEFAULT_CONTEXT_TOKENS,
             served=served,
             reported_len=isinstance(max_len, int) and max_len > 0,
         )
         self._info = info
         return info
+
+    @property
+    def cached_info(self) -> ServerInfo | None:
+        """What the last successful discovery found; no network."""
+        return self._info
 
     def forget_server_info(self) -> None:
         """After a 404 for the model or a lost connection: the server may have restarted with another model."""
@@ -139,10 +146,18 @@ class LLMClient:
         no such endpoint (then the caller estimates)."""
         if not self._flags.tokenize_supported:
             return None
-        body = {"model": model, "messages": messages, "add_generation_prompt": True, "add_special_tokens": False}
+        body = {
+            "model": model,
+            "messages": messages,
+            "add_generation_prompt": True,
+            "add_special_tokens": False,
+        }
         try:
             out = self._client.post(
-                f"{self.root_url}/tokenize", cast_to=object, body=body, options={"timeout": _timeout(deadline)}
+                f"{self.root_url}/tokenize",
+                cast_to=object,
+                body=body,
+                options={"timeout": _timeout(deadline)},
             )
         except openai.APIStatusError as exc:
             if exc.status_code in (404, 405, 501):
@@ -161,7 +176,12 @@ class LLMClient:
 
     # -- chat ----------------------------------------------------------------------------------------
     def _request(
-        self, messages: list[dict[str, str]], model: str, max_tokens: int, schema: dict | None, temperature: float
+        self,
+        messages: list[dict[str, str]],
+        model: str,
+        max_tokens: int,
+        schema: dict | None,
+        temperature: float,
     ) -> dict[str, Any]:
         kwargs: dict[str, Any] = {
             "model": model,
@@ -271,8 +291,12 @@ class LLMClient:
             return LLMUnavailable(f"the answer stream stalled (nothing for {stall_s:g} s)", kind="stalled")
         if any(k in name for k in ("Protocol", "Read", "Connect", "Network", "Closed", "Incomplete")):
             self.forget_server_info()
-            return LLMUnavailable(_one_line(f"connection lost while streaming from {self.base_url}: {name}"), "connection")
-        return LLMUnavailable(_one_line(f"unexpected error while streaming: {name}: {exc}"), kind="bad_response")
+            return LLMUnavailable(
+                _one_line(f"connection lost while streaming from {self.base_url}: {name}"), "connection"
+            )
+        return LLMUnavailable(
+            _one_line(f"unexpected error while streaming: {name}: {exc}"), kind="bad_response"
+        )
 
 
 def _server_message(exc: openai.APIStatusError) -> str:
@@ -286,7 +310,9 @@ def _server_message(exc: openai.APIStatusError) -> str:
     return exc.message
 
 
-_TOO_LONG = re.compile(r"maximum context length|context length|too long|exceeds? (?:the )?(?:max|limit)", re.I)
+_TOO_LONG = re.compile(
+    r"maximum context length|context length|too long|exceeds? (?:the )?(?:max|limit)", re.I
+)
 _STRUCTURED = re.compile(r"response_format|json_schema|structured|guided|grammar|xgrammar", re.I)
 
 
@@ -294,7 +320,9 @@ def map_error(exc: openai.APIError, base_url: str, *, stalled_after: float | Non
     """Turn an openai exception into LLMUnavailable with a one-line, redacted reason."""
     if isinstance(exc, openai.APITimeoutError):
         if stalled_after is not None:
-            return LLMUnavailable(f"the answer stream stalled or timed out (limit {stalled_after:g} s)", "stalled")
+            return LLMUnavailable(
+                f"the answer stream stalled or timed out (limit {stalled_after:g} s)", "stalled"
+            )
         return LLMUnavailable(f"no answer from {base_url} within the time limit", kind="timeout")
     if isinstance(exc, openai.APIConnectionError):
         cause = exc.__cause__ or exc.__context__
@@ -310,7 +338,9 @@ def map_error(exc: openai.APIError, base_url: str, *, stalled_after: float | Non
             kind = "unknown_model" if ("model" in msg.lower() or _param(exc) == "model") else "bad_request"
             return LLMUnavailable(_one_line(f"404: {msg}"), kind=kind)
         if status in (401, 403):
-            return LLMUnavailable(f"the server rejected the API key ({status}); check VLLM_API_KEY", kind="auth")
+            return LLMUnavailable(
+                f"the server rejected the API key ({status}); check VLLM_API_KEY", kind="auth"
+            )
         if status == 429:
             return LLMUnavailable(_one_line(f"the server is overloaded (429): {msg}"), kind="overloaded")
         if status == 400 and (_param(exc) in ("input_tokens", "input_text") or _TOO_LONG.search(msg)):

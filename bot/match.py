@@ -12,7 +12,7 @@ wrong answer is worse than "unknown", so "match" needs a signature hit or very s
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -30,6 +30,9 @@ DEFAULT_MATCH_THRESHOLD = 0.70
 DEFAULT_UNCERTAIN_THRESHOLD = 0.40
 # Dense cosine between a masked log and a case is ~0.15 for unrelated text and ~0.8 for a paraphrase.
 DENSE_FLOOR, DENSE_CEIL = 0.25, 0.80
+# Feedback prior ("Fixed it" / "Didn't help", bot/kbstore/feedback.py): added to a case's score, clamped here
+# so no caller can move a ranking by more than this (docs/kb-growth.md).
+MAX_PRIOR = 0.03
 
 _WORD = re.compile(r"[a-z][a-z0-9_]{2,}")
 _STOP = frozenset(
@@ -102,6 +105,23 @@ class SignatureScanner:
         return hits
 
 
+_META = re.compile(r"\\[dDsSwWbBAZ]|\\.|[\^$.*+?()\[\]{}|]")
+
+
+def signature_literals(cases: Iterable[Case]) -> list[str]:
+    """The longest literal run of each signature (e.g. 'tool choice requires --enable-auto-tool-choice')."""
+    out = []
+    for case in cases:
+        for pattern in case.signatures:
+            body = re.sub(r"^\(\?[aiLmsux]+\)", "", pattern)
+            body = re.sub(r"\[[^\]]*\]|\(\?[:=!<][^)]*", " ", body)  # character classes, group prefixes
+            runs = [r.strip(" :;,'\"") for r in _META.split(body)]
+            best = max(runs, key=len, default="")
+            if len(best) >= 5:
+                out.append(best)
+    return out
+
+
 def _words(text: str) -> set[str]:
     return {w for w in _WORD.findall(text.lower()) if w not in _STOP}
 
@@ -113,8 +133,11 @@ class Matcher:
         index: SearchIndex,
         thresholds: Thresholds | None = None,
         fusion: Fusion = "weighted",
+        priors: Mapping[str, float] | None = None,
     ):
+        """priors: optional case id → small score adjustment from user feedback (clamped to ±MAX_PRIOR)."""
         self.kb = kb
+        self.priors = priors
         self.cases = kb.by_id()
         self.index = index
         self.thresholds = thresholds or Thresholds()
@@ -172,6 +195,10 @@ class Matcher:
             else:
                 score = 0.75 * r
                 tier = 0
+            prior = self._prior(case_id)
+            if prior:
+                score = max(0.0, score + prior)
+                parts["prior"] = round(prior, 4)
             parts["score"] = round(score, 4)
             scored.append((score, tier, case_id, parts))
 
@@ -194,6 +221,11 @@ class Matcher:
             )
         verdict = self.thresholds.verdict(matches[0].score) if matches else "unknown"
         return verdict, tuple(matches)
+
+    def _prior(self, case_id: str) -> float:
+        if not self.priors:
+            return 0.0
+        return max(-MAX_PRIOR, min(MAX_PRIOR, float(self.priors.get(case_id, 0.0))))
 
     def _evidence(self, case_id: str, hits: list[SignatureHit], distilled: Distilled) -> tuple[Evidence, ...]:
         if hits:

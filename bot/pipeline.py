@@ -15,8 +15,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bot.distill import decode_input, distill
-from bot.match import Matcher, Mode, Thresholds
+from bot.distill import decode_input, distill, extra_keywords
+from bot.match import Matcher, Mode, Thresholds, signature_literals
 from bot.models import Diagnosis
 from bot.settings import Settings, get_settings
 from kb.loader import DEFAULT_CASES_DIR, KnowledgeBase, case_files, load_kb
@@ -37,6 +37,7 @@ class Doctor:
         for err in self._kb.errors:
             log.error("KB lint error, case skipped: %s", err)
         self._kb_stamp = self._stamp()
+        self._keywords = extra_keywords(signature_literals(self._kb.cases))
         self._index: Any = None
         self._encoder_instance: Any = None
         self._matcher: Matcher | None = None
@@ -85,6 +86,7 @@ class Doctor:
             if kb.content_hash == self._kb.content_hash:
                 return False
             self._kb = kb
+            self._keywords = extra_keywords(signature_literals(kb.cases))
             if self._index is not None:
                 self._index = self._open_index(kb)  # incremental: only changed cases are re-embedded
                 self._matcher = Matcher(kb, self._index, self.thresholds)
@@ -124,7 +126,7 @@ class Doctor:
         started = time.perf_counter()
         self.reload_if_changed()
         text, notes = decode_input(data, self.settings.max_input_bytes)
-        distilled = distill(text, notes)
+        distilled = distill(text, notes, self._keywords)
         verdict, matches = self.matcher.match(distilled, mode=mode)
         return Diagnosis(verdict, matches, distilled, elapsed_ms=(time.perf_counter() - started) * 1000)
 

@@ -136,12 +136,26 @@ _RULES: tuple[_Rule, ...] = (
     # --- vendor token shapes (prefix + body) --------------------------------------------------------
     _rule("hf-token", _word_start("hf_") + r"[A-Za-z0-9]{30,64}\b", ("hf_",)),
     _rule("hf-token", _word_start("api_org_") + r"[A-Za-z0-9]{30,64}\b", ("api_org_",)),
-    _rule("anthropic-key", _word_start("sk-ant-") + r"(?:api|admin|sid)\d{2}-[A-Za-z0-9_-]{20,256}", ("sk-ant-",)),
-    _rule("openai-key", _word_start("sk-") + r"(?:proj-|svcacct-|admin-|None-)?[A-Za-z0-9_-]{20,256}", ("sk-",)),
-    _rule("stripe-key", r"_(?:live|test)_(?<=\b[spr]k_live_|\b[spr]k_test_)[A-Za-z0-9]{16,128}\b", ("_live_", "_test_")),
+    _rule(
+        "anthropic-key",
+        _word_start("sk-ant-") + r"(?:api|admin|sid)\d{2}-[A-Za-z0-9_-]{20,256}",
+        ("sk-ant-",),
+    ),
+    _rule(
+        "openai-key", _word_start("sk-") + r"(?:proj-|svcacct-|admin-|None-)?[A-Za-z0-9_-]{20,256}", ("sk-",)
+    ),
+    _rule(
+        "stripe-key",
+        r"_(?:live|test)_(?<=\b[spr]k_live_|\b[spr]k_test_)[A-Za-z0-9]{16,128}\b",
+        ("_live_", "_test_"),
+    ),
     _rule("slack-token", _word_start("xox") + r"(?:[abposr]|e\.xox[bp]|e)-[A-Za-z0-9-]{10,256}", ("xox",)),
     _rule("slack-token", _word_start("xapp-") + r"\d-[A-Za-z0-9-]{10,256}", ("xapp-",)),
-    _rule("github-token", _word_start("gh") + r"[pousr]_[A-Za-z0-9]{36,255}\b", ("ghp_", "gho_", "ghu_", "ghs_", "ghr_")),
+    _rule(
+        "github-token",
+        _word_start("gh") + r"[pousr]_[A-Za-z0-9]{36,255}\b",
+        ("ghp_", "gho_", "ghu_", "ghs_", "ghr_"),
+    ),
     _rule("github-token", _word_start("github_pat_") + r"[A-Za-z0-9_]{22,255}\b", ("github_pat_",)),
     _rule(
         "gitlab-token",
@@ -163,7 +177,11 @@ _RULES: tuple[_Rule, ...] = (
     _rule("groq-key", _word_start("gsk_") + r"[A-Za-z0-9]{40,64}\b", ("gsk_",)),
     _rule("sendgrid-key", _word_start("SG.") + r"[A-Za-z0-9_-]{22}\.[A-Za-z0-9_-]{43}\b", ("sg.",)),
     _rule("telegram-bot-token", r"\b\d{8,10}:AA[A-Za-z0-9_-]{33}\b", (":aa",)),
-    _rule("jwt", _word_start("eyJ") + r"[A-Za-z0-9_-]{8,4096}\.eyJ[A-Za-z0-9_-]{8,8192}\.[A-Za-z0-9_-]{0,4096}", ("eyj",)),
+    _rule(
+        "jwt",
+        _word_start("eyJ") + r"[A-Za-z0-9_-]{8,4096}\.eyJ[A-Za-z0-9_-]{8,8192}\.[A-Za-z0-9_-]{0,4096}",
+        ("eyj",),
+    ),
     # presigned / SAS URLs: signature-bearing query parameters
     _rule(
         "url-credential",
@@ -177,7 +195,9 @@ _RULES: tuple[_Rule, ...] = (
     # AWS secret access key: 40 base64 characters, recognised by the key name in front
     _rule(
         "aws-secret-key",
-        r"(?P<head>(?:aws_?secret_?(?:access_?)?key|secretaccesskey)" + _SEP + r")[a-z0-9/+=]{40}(?![a-z0-9/+=])",
+        r"(?P<head>(?:aws_?secret_?(?:access_?)?key|secretaccesskey)"
+        + _SEP
+        + r")[a-z0-9/+=]{40}(?![a-z0-9/+=])",
         ("secret",),
         keep_head=True,
         caseless=True,

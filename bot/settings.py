@@ -214,6 +214,60 @@ class Settings(BaseSettings):
         description="Request threads of the HTTP server (waitress).",
     )
 
+    # --- KB growth (issue 6: cases from Slack/CLI, review, feedback; bot/kbstore/) ----------------------
+    kb_db_path: Path = Field(
+        default_factory=lambda: _default_cache_dir() / "kb-growth.sqlite3",
+        validation_alias=AliasChoices("VLLM_DOCTOR_KB_DB", "kb_db_path"),
+        description="SQLite file for answer feedback, candidates for new cases and cases waiting for review.",
+    )
+    kb_reviewers: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        validation_alias=AliasChoices("VLLM_DOCTOR_KB_REVIEWERS", "kb_reviewers"),
+        description="Slack user ids (comma-separated, e.g. U0123,U0456) who may approve or reject new KB cases.",
+    )
+    kb_reviewer_group: str | None = Field(
+        None,
+        validation_alias=AliasChoices("VLLM_DOCTOR_KB_REVIEWER_GROUP", "kb_reviewer_group"),
+        description="Slack user group id (S…) whose members may also review KB cases (needs usergroups:read).",
+    )
+    kb_review_channel: str | None = Field(
+        None,
+        validation_alias=AliasChoices("VLLM_DOCTOR_KB_REVIEW_CHANNEL", "kb_review_channel"),
+        description="Channel id where review requests are posted; unset: each reviewer gets a DM.",
+    )
+    kb_write_dir: Path | None = Field(
+        None,
+        validation_alias=AliasChoices("VLLM_DOCTOR_KB_WRITE_DIR", "kb_write_dir"),
+        description="Where approved and CLI-added cases are written (<area>/<id>.yaml); default: the directory "
+        "the bot reads (VLLM_DOCTOR_KB_DIR or the bundled kb/cases). Only that directory goes live at once.",
+    )
+    kb_git_commit: bool = Field(
+        False,
+        validation_alias=AliasChoices("VLLM_DOCTOR_KB_GIT_COMMIT", "kb_git_commit"),
+        description="Commit each new or changed case file to the git checkout it lives in, with the author's name.",
+    )
+    kb_duplicate_threshold: float = Field(
+        0.70,
+        ge=0.0,
+        le=1.0,
+        validation_alias=AliasChoices("VLLM_DOCTOR_KB_DUPLICATE_THRESHOLD", "kb_duplicate_threshold"),
+        description="A new case whose log an existing case already matches at this confidence or more is "
+        "flagged as a likely duplicate; the author chooses: new case, or add the log to that case.",
+    )
+    kb_healthy_logs_dir: Path | None = Field(
+        None,
+        validation_alias=AliasChoices("VLLM_DOCTOR_KB_HEALTHY_LOGS", "kb_healthy_logs_dir"),
+        description="Healthy start-up logs (*.log) that no new signature may match; default: tests/eval/healthy "
+        "of the checkout.",
+    )
+
+    @field_validator("kb_reviewers", mode="before")
+    @classmethod
+    def _split_reviewers(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
     @field_validator("slack_watch_channels", mode="before")
     @classmethod
     def _split_channels(cls, value: Any) -> Any:

@@ -121,7 +121,10 @@ class SentenceTransformerEncoder:
     def dim(self) -> int:
         if self._model is None and self._config_dim is not None:
             return self._config_dim
-        return int(self._load().get_sentence_embedding_dimension())
+        model = self._load()
+        # sentence-transformers 6 renamed the method; keep working with either name
+        getter = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
+        return int(getter())
 
     def _load(self) -> Any:
         with self._load_lock:

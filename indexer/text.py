@@ -44,6 +44,18 @@ _MASKS = [
 ]
 _SPACES = re.compile(r"[ \t]+")
 
+# Lines that accompany many different failures and say nothing about which one: CUDA's async-error
+# advice, traceback chaining, vLLM's generic "see above" wrappers. They are dropped from queries and
+# from indexed examples so they do not make unrelated failures look alike.
+BOILERPLATE_RE = re.compile(
+    r"CUDA kernel errors might be asynchronously reported|consider passing CUDA_LAUNCH_BLOCKING=1|"
+    r"Compile with `?TORCH_USE_CUDA_DSA|^The above exception was the direct cause|"
+    r"^During handling of the above exception|This might cause deadlock in distributed execution|"
+    r"Engine core initialization failed\. See root cause above|EngineCore failed to start\.?$|"
+    r"^Traceback \(most recent call last\)|^Exception raised from \w+ at |^frame #\d+: |"
+    r"^\[rank\d+\]:\s*$|^\^+$|^~+\^*~*$"
+)
+
 
 def strip_ansi(text: str) -> str:
     return ANSI_RE.sub("", text)
@@ -77,7 +89,10 @@ def normalize_log_text(text: str, max_lines: int = 200) -> str:
     seen: set[str] = set()
     out: list[str] = []
     for raw in strip_ansi(text).splitlines():
-        masked = mask(clean_line(raw))
+        cleaned = clean_line(raw)
+        if BOILERPLATE_RE.search(cleaned.strip()):
+            continue
+        masked = mask(cleaned)
         if masked and masked not in seen:
             seen.add(masked)
             out.append(masked)

@@ -28,7 +28,7 @@ Fact paths in `when` keys, `{fact: …}` operands and `{…}` message placeholde
     name            a fact of this check's parser (or rc, stdout, stderr)
     name.key        one key of a map fact (e.g. vars.HF_HUB_OFFLINE)
     gpu.driver:name a fact of another check listed in `needs` (derived checks)
-    host:name       an inventory field of the host (expected_gpus, port, endpoint, …)
+    host:name       an inventory field of the host (expected_gpus, serve_port, endpoint, …)
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ SCRIPTS_DIRNAME = "scripts"
 CHECK_ID_RE = re.compile(r"^[a-z]+\.[a-z0-9_]+$")
 AREA_RE = re.compile(r"^[a-z]+$")
 # A binary name or absolute path the host must have; no shell metacharacters can pass.
-BINARY_RE = re.compile(r"^(?:/[A-Za-z0-9._+/-]+|[A-Za-z0-9._+-]+)$")
+BINARY_RE = re.compile(r"^(?:/[A-Za-z0-9._+/-]+|[A-Za-z0-9][A-Za-z0-9._+-]*)$")
 FACT_PATH_RE = re.compile(
     r"^(?:(?P<scope>host|[a-z]+\.[a-z0-9_]+):)?(?P<name>[a-z_][a-z0-9_]*)(?:\.(?P<key>[A-Za-z0-9_]+))?$"
 )
@@ -59,8 +59,8 @@ TEMPLATE_FILTERS = ("bytes", "mib", "pct", "last_line", "round")
 
 # Inventory fields a command may use as `{name}` in argv/args; values are validated by the inventory
 # and quoted by the runner, so they cannot change the command's shape.
-HOST_FIELDS = ("python", "port", "endpoint", "model_dir", "served_model", "expected_gpus")
-COMMAND_PLACEHOLDERS = ("python", "port", "endpoint", "model_dir", "served_model")
+HOST_FIELDS = ("python", "serve_port", "endpoint", "model_dir", "served_model", "expected_gpus")
+COMMAND_PLACEHOLDERS = ("python", "serve_port", "endpoint", "model_dir", "served_model")
 
 Verdict = Literal["ok", "warn", "fail", "error", "skipped", "timeout"]
 RuleVerdict = Literal["ok", "warn", "fail", "skipped"]
@@ -183,7 +183,7 @@ class Check(_Strict):
     needs: list[str] = Field(default_factory=list, description="Checks whose facts a derived check reads")
     timeout_s: float = Field(10.0, gt=0, le=600)
     requires: list[str] = Field(default_factory=list, description="Binaries that must be on the host's PATH")
-    requires_host: list[Literal["port", "endpoint", "model_dir", "served_model", "expected_gpus"]] = Field(
+    requires_host: list[Literal["serve_port", "endpoint", "model_dir", "served_model", "expected_gpus"]] = Field(
         default_factory=list, description="Inventory fields the host must set, else the check is skipped"
     )
     parser: str | None = Field(None, pattern=r"^[a-z][a-z0-9_]*$")

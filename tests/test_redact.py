@@ -32,14 +32,18 @@ def jwt() -> str:
 
 
 PEM = (
-    "-----BEGIN " + "RSA PRIVATE KEY-----\n"
+    "-----BEGIN "
+    + "RSA PRIVATE KEY-----\n"
     + "\n".join(rand(64, B64) for _ in range(5))
-    + "\n-----END RSA " + "PRIVATE KEY-----"
+    + "\n-----END RSA "
+    + "PRIVATE KEY-----"
 )
 OPENSSH = (
-    "-----BEGIN OPENSSH " + "PRIVATE KEY-----\n"
+    "-----BEGIN OPENSSH "
+    + "PRIVATE KEY-----\n"
     + "\n".join(rand(70, B64) for _ in range(4))
-    + "\n-----END OPENSSH " + "PRIVATE KEY-----"
+    + "\n-----END OPENSSH "
+    + "PRIVATE KEY-----"
 )
 
 # (name, template with {s} where the secret goes, secret). The template is the surrounding text that
@@ -52,11 +56,39 @@ CORPUS: list[tuple[str, str, str]] = [
     ("openai project key", "OPENAI_API_KEY={s}", "sk-proj-" + rand(120, URLSAFE)),
     ("openai service account", "using key {s} for batch jobs", "sk-svcacct-" + rand(60, URLSAFE)),
     ("anthropic key", "ANTHROPIC_API_KEY is {s} now", "sk-ant-api03-" + rand(93, URLSAFE) + "AA"),
-    ("slack bot token", "slack token: {s} (bot)", "xoxb-" + rand(12, string.digits) + "-" + rand(13, string.digits) + "-" + rand(24)),
-    ("slack user token", "posting as {s} failed", "xoxp-" + rand(12, string.digits) + "-" + rand(12, string.digits) + "-" + rand(13, string.digits) + "-" + rand(32, HEX)),
-    ("slack app token", "SocketMode with {s} connected", "xapp-1-A" + rand(10, UPPER_DIGITS) + "-" + rand(13, string.digits) + "-" + rand(64, HEX)),
+    (
+        "slack bot token",
+        "slack token: {s} (bot)",
+        "xoxb-" + rand(12, string.digits) + "-" + rand(13, string.digits) + "-" + rand(24),
+    ),
+    (
+        "slack user token",
+        "posting as {s} failed",
+        "xoxp-"
+        + rand(12, string.digits)
+        + "-"
+        + rand(12, string.digits)
+        + "-"
+        + rand(13, string.digits)
+        + "-"
+        + rand(32, HEX),
+    ),
+    (
+        "slack app token",
+        "SocketMode with {s} connected",
+        "xapp-1-A" + rand(10, UPPER_DIGITS) + "-" + rand(13, string.digits) + "-" + rand(64, HEX),
+    ),
     ("slack refresh token", "rotating {s} tonight", "xoxe.xoxp-1-" + rand(150, ALNUM)),
-    ("slack webhook", "alert sent to {s} ok", "https://hooks.slack.com/services/T" + rand(8, UPPER_DIGITS) + "/B" + rand(10, UPPER_DIGITS) + "/" + rand(24)),
+    (
+        "slack webhook",
+        "alert sent to {s} ok",
+        "https://hooks.slack.com/services/T"
+        + rand(8, UPPER_DIGITS)
+        + "/B"
+        + rand(10, UPPER_DIGITS)
+        + "/"
+        + rand(24),
+    ),
     ("aws access key id", "aws_access_key_id = {s}", "AKIA" + rand(16, UPPER_DIGITS)),
     ("aws session key id", "credentials {s} expired", "ASIA" + rand(16, UPPER_DIGITS)),
     ("aws secret key", "aws_secret_access_key = {s}", rand(40, B64)),
@@ -67,13 +99,21 @@ CORPUS: list[tuple[str, str, str]] = [
     ("gitlab token", "pulling weights with {s} from gitlab", "glpat-" + rand(20, URLSAFE)),
     ("gcp api key", "maps key {s} in config", "AIza" + rand(35, URLSAFE)),
     ("gcp oauth token", "gcloud printed {s} to stderr", "ya29." + rand(120, URLSAFE)),
-    ("bearer header", "curl -H 'Authorization: Bearer {s}' http://10.0.0.5:8000/v1/models", rand(40, URLSAFE)),
+    (
+        "bearer header",
+        "curl -H 'Authorization: Bearer {s}' http://10.0.0.5:8000/v1/models",
+        rand(40, URLSAFE),
+    ),
     ("bearer in text", "request with bearer {s} was rejected", rand(32, URLSAFE)),
     ("basic auth header", "Authorization: Basic {s}", rand(28, B64) + "=="),
     ("x-api-key header", "x-api-key: {s}", rand(40)),
     ("cookie header", "Cookie: {s}", "session=" + rand(40) + "; csrftoken=" + rand(32)),
     ("jwt bare", "token payload {s} end", jwt()),
-    ("password in https url", "pip install --index-url https://deploy:{s}@pypi.internal.example/simple vllm", rand(16)),
+    (
+        "password in https url",
+        "pip install --index-url https://deploy:{s}@pypi.internal.example/simple vllm",
+        rand(16),
+    ),
     ("password in redis url", "REDIS_URL=redis://:{s}@10.1.2.3:6379/0", rand(20)),
     ("password in postgres url", "postgresql://vllm:{s}@db.internal:5432/metrics", "p" + rand(12) + "!x"),
     ("password assignment", "password={s} user=admin", rand(14)),
@@ -84,9 +124,21 @@ CORPUS: list[tuple[str, str, str]] = [
     ("python dict secret", "{'model': 'x', 'client_secret': '{s}'}", rand(24)),
     ("vllm --api-key flag", "vllm serve Qwen/Qwen2.5-7B --api-key {s} --port 8000", rand(24)),
     ("hf-token flag", "huggingface-cli download --token {s} org/model", "tok" + rand(20)),
-    ("presigned s3 url", "GET https://bucket.s3.amazonaws.com/w.bin?X-Amz-Date=20261129T000000Z&X-Amz-Signature={s} 403", rand(64, HEX)),
-    ("azure sas url", "https://acct.blob.core.windows.net/c/w.bin?sv=2022-11-02&sig={s} timed out", rand(43, B64) + "%3D"),
-    ("azure account key", "DefaultEndpointsProtocol=https;AccountName=acct;AccountKey={s};EndpointSuffix=core.windows.net", rand(86, B64) + "=="),
+    (
+        "presigned s3 url",
+        "GET https://bucket.s3.amazonaws.com/w.bin?X-Amz-Date=20261129T000000Z&X-Amz-Signature={s} 403",
+        rand(64, HEX),
+    ),
+    (
+        "azure sas url",
+        "https://acct.blob.core.windows.net/c/w.bin?sv=2022-11-02&sig={s} timed out",
+        rand(43, B64) + "%3D",
+    ),
+    (
+        "azure account key",
+        "DefaultEndpointsProtocol=https;AccountName=acct;AccountKey={s};EndpointSuffix=core.windows.net",
+        rand(86, B64) + "==",
+    ),
     ("stripe live key", "billing uses {s}", "sk_live_" + rand(24)),
     ("npm token", "//registry.npmjs.org/:_authToken={s}", "npm_" + rand(36)),
     ("pypi token", "TWINE_PASSWORD={s}", "pypi-AgEIcHlwaS5vcmc" + rand(60, URLSAFE)),
@@ -98,7 +150,11 @@ CORPUS: list[tuple[str, str, str]] = [
     ("telegram bot token", "bot {s} started", rand(10, string.digits) + ":AA" + rand(33, URLSAFE)),
     ("rsa private key", "key file:\n{s}\nend of file", PEM),
     ("openssh private key", "id_ed25519 contents:\n{s}\n", OPENSSH),
-    ("truncated private key", "pasted:\n{s}", "-----BEGIN " + "PRIVATE KEY-----\n" + rand(64, B64) + "\n" + rand(40, B64)),
+    (
+        "truncated private key",
+        "pasted:\n{s}",
+        "-----BEGIN " + "PRIVATE KEY-----\n" + rand(64, B64) + "\n" + rand(40, B64),
+    ),
 ]
 
 
@@ -132,7 +188,9 @@ def test_no_secret_fragment_survives():
         body = secret.split("\n")[1] if secret.startswith("-----") else secret
         for i in range(0, max(1, len(body) - 12), 6):
             frag = body[i : i + 12]
-            if len(frag) == 12 and not frag.startswith(("https://hooks", "session=", "-----", "pypi-AgEIcHlwa")):
+            if len(frag) == 12 and not frag.startswith(
+                ("https://hooks", "session=", "-----", "pypi-AgEIcHlwa")
+            ):
                 assert frag not in out, (frag, secret)
 
 
@@ -157,16 +215,16 @@ NEGATIVES = [
     "max_num_batched_tokens=8192, max_num_seqs=256, max_model_len=32768, enable_prefix_caching=True",
     "usage: {prompt_tokens: 17, completion_tokens: 64, total_tokens: 81}",
     "tokenizer='/models/Qwen2.5-7B', tokenizer_mode=auto, skip_tokenizer_init=False",
-    "INFO: 10.0.0.7:52144 - \"POST /v1/chat/completions HTTP/1.1\" 200 OK",
+    'INFO: 10.0.0.7:52144 - "POST /v1/chat/completions HTTP/1.1" 200 OK',
     "Avg prompt throughput: 512.3 tokens/s, Avg generation throughput: 88.1 tokens/s, GPU KV cache usage: 3.2%",
     "commit 1f2e3d4c5b6a79881726354453627180a9b8c7d6 (HEAD -> main)",
     "NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB eth0:10.10.0.3<0>",
     "pad_token: <|endoftext|>, eos_token_id=2, api_key=None, token=None",
-    "File \"/usr/local/lib/python3.12/dist-packages/vllm/engine/arg_utils.py\", line 1045, in create_engine_config",
+    'File "/usr/local/lib/python3.12/dist-packages/vllm/engine/arg_utils.py", line 1045, in create_engine_config',
     "The disk-usage task-1234 ask-me risk-free desk-top: all fine",
     "http://127.0.0.1:8000/v1/models returned 200; see https://docs.vllm.ai/en/latest/serving/env_vars.html",
     "KV cache key prefix hash 0xa1b2c3d4e5f60718 hit rate 0.42",
-    "vllm:kv_cache_usage_perc{engine=\"0\",model_name=\"tiny\"} 0.024",
+    'vllm:kv_cache_usage_perc{engine="0",model_name="tiny"} 0.024',
     "--tokenizer-mode auto --max-model-len 4096 --gpu-memory-utilization 0.95",
     "2024-04-27 10:13:05 | ERROR | stderr | Traceback (most recent call last):",
     "日志中出现 CUDA out of memory，请降低 --gpu-memory-utilization",
@@ -221,7 +279,19 @@ def test_ten_megabyte_log_is_linear_time():
         "hf_" * 600_000,
         "bearer " * 250_000,
     ],
-    ids=["letters", "colons", "schemes", "long-password", "assignments", "jwt-prefix", "pem-headers", "auth-headers", "query", "hf-prefix", "bearer"],
+    ids=[
+        "letters",
+        "colons",
+        "schemes",
+        "long-password",
+        "assignments",
+        "jwt-prefix",
+        "pem-headers",
+        "auth-headers",
+        "query",
+        "hf-prefix",
+        "bearer",
+    ],
 )
 def test_hostile_input_stays_fast(hostile):
     start = time.perf_counter()
@@ -234,12 +304,19 @@ def test_text_whose_lowercase_changes_length_is_still_redacted():
     secret = rand(24)
     out = redact(f"İstanbul cluster PASSWORD={secret} Authorization: Bearer {secret}x")
     assert secret not in out
-    assert out.startswith("İstanbul cluster PASSWORD=[REDACTED:secret-assignment] Authorization: Bearer [REDACTED:")
+    assert out.startswith(
+        "İstanbul cluster PASSWORD=[REDACTED:secret-assignment] Authorization: Bearer [REDACTED:"
+    )
 
 
 def test_mixed_case_keys_and_headers():
     secret = rand(30)
-    for text in (f"AccountKey={secret}", f"apiKey: {secret}", f"AUTHORIZATION: token {secret}", f"X-Api-Key: {secret}"):
+    for text in (
+        f"AccountKey={secret}",
+        f"apiKey: {secret}",
+        f"AUTHORIZATION: token {secret}",
+        f"X-Api-Key: {secret}",
+    ):
         out = redact(text)
         assert secret not in out, out
         assert out.startswith(text.split(secret)[0])

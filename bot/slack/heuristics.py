@@ -12,20 +12,27 @@ import re
 
 # Each pattern matches one *line* that a human would rarely type in a sentence.
 _STRONG_LINE_PATTERNS = [
-    re.compile(r"^\s*Traceback \(most recent call last\):"),
-    re.compile(r'^\s*File "[^"]+", line \d+'),
+    re.compile(r"Traceback \(most recent call last\):"),
+    re.compile(r'\bFile "[^"]+", line \d+'),
     # an exception line: "ValueError: …", "torch.OutOfMemoryError: …", optionally after a log prefix
     re.compile(r"^(?:.*\]\s*|.*\|\s*)?(?:[A-Za-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception|Interrupt|Exit):(?:\s|$)"),
     # vLLM / Python logging prefixes: "ERROR 11-18 18:07:28 engine.py:366]", "(EngineCore pid=1) ERROR …"
     re.compile(r"\b(?:ERROR|CRITICAL|FATAL|WARNING)\s+\d{2}-\d{2}\s+\d{2}:\d{2}:\d{2}"),
     re.compile(r"^\s*\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}\S*\s+(?:ERROR|CRITICAL|FATAL|E)\b"),
-    re.compile(r"^\s*\[?(?:ERROR|CRITICAL|FATAL)\]?[\s:]"),
+    re.compile(r"^\s*\[?(?:ERROR|CRITICAL|FATAL)\]?[\s:]|\b(?:ERROR|CRITICAL):\s"),
     re.compile(r"\bNCCL (?:WARN|INFO)\b"),
     re.compile(r"\bCUDA error: "),
     re.compile(r"\bNVRM: Xid\b"),
     re.compile(r"Segmentation fault|core dumped|Aborted \(core dumped\)|Fatal Python error"),
     re.compile(r"^\s*(?:E|F)\d{4} \d{2}:\d{2}:\d{2}"),  # glog-style lines from NCCL/gloo
+    re.compile(r"\|\s*(?:ERROR|CRITICAL)\s*\|"),  # "2024-02-20 21:46:23 | ERROR | stderr |"
+    re.compile(r"cannot open shared object file|undefined symbol: |Failed to initialize NVML|NVRM: "),
+    re.compile(r"terminate called after throwing|Error while finding module specification|^\s*Aborted\b"),
+    re.compile(r"CUDA error at \S+|code=\d+\(cuda\w+\)|\bcuda\w*Error\w*\b"),
+    re.compile(r"^\s*(?:\[rank\d+\]:|\(\w+ pid=\d+\))"),  # vLLM worker / torchrun rank prefixes
 ]
+# A single line that *starts* with an exception and says something substantial is a paste, not a remark.
+_EXCEPTION_LINE = re.compile(r"^\s*(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception):\s+\S.{29,}")
 _WEAK_WORDS = re.compile(r"\b(?:error|exception|failed|traceback|oom|out of memory|cuda|nccl|vllm)\b", re.I)
 
 
@@ -41,5 +48,10 @@ def looks_like_error_log(text: str) -> bool:
         return True
     if strong == 1:
         fenced = "```" in text
-        return fenced or len(lines) >= 3 or (len(lines) >= 2 and bool(_WEAK_WORDS.search(text)))
+        return (
+            fenced
+            or len(lines) >= 3
+            or (len(lines) >= 2 and bool(_WEAK_WORDS.search(text)))
+            or any(_EXCEPTION_LINE.match(ln) for ln in lines)
+        )
     return False

@@ -26,7 +26,7 @@ def _majors(sonames: list[str]) -> list[str]:
     return majors
 
 
-@parser("ldconfig", ["lib_count", "cudnn", "cudnn_majors", "nccl", "cudart", "cublas", "libcuda", "libcuda_paths"])
+@parser("ldconfig", ["lib_count", "cudnn", "cudnn_majors", "cudnn_major_count", "nccl", "cudart", "cublas", "libcuda", "libcuda_paths"])
 def ldconfig(out: Output) -> Facts:
     entries = []
     for line in out.stdout.splitlines():
@@ -41,6 +41,7 @@ def ldconfig(out: Output) -> Facts:
         "lib_count": len(entries),
         "cudnn": cudnn,
         "cudnn_majors": _majors(cudnn),
+        "cudnn_major_count": len(_majors(cudnn)),
         "nccl": _sonames(entries, "libnccl"),
         "cudart": _sonames(entries, "libcudart"),
         "cublas": _sonames(entries, "libcublas"),

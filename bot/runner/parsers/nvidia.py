@@ -29,7 +29,7 @@ def _smi_error(out: Output) -> str | None:
     return error_line(out) if out.rc else None
 
 
-@parser("nvidia_smi_header", ["driver_version", "cuda_version", "smi_version", "error"])
+@parser("nvidia_smi_header", ["driver_version", "cuda_version", "cuda_major", "smi_version", "error"])
 def nvidia_smi_header(out: Output) -> Facts:
     m = _HEADER_RE.search(out.stdout)
     if not m:
@@ -38,7 +38,8 @@ def nvidia_smi_header(out: Output) -> Facts:
             raise ParseError("no 'Driver Version … CUDA Version' header in nvidia-smi output")
         return {"error": error}
     cuda = m["cuda"] if m["cuda"] != "N/A" else None
-    return {"driver_version": m["driver"], "cuda_version": cuda, "smi_version": m["smi"], "error": _smi_error(out)}
+    return {"driver_version": m["driver"], "cuda_version": cuda, "cuda_major": int(cuda.split(".")[0]) if cuda else None,
+            "smi_version": m["smi"], "error": _smi_error(out)}
 
 
 def _csv_rows(out: Output, columns: int) -> list[list[str]]:

@@ -38,6 +38,22 @@ def arch_supported(capability: str, arch_list: list[str]) -> bool:
     return False
 
 
+def _is_float(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _major(version: str | None) -> int | None:
+    """"12.8" -> 12 (major versions compare as numbers, not strings)."""
+    if not version:
+        return None
+    head = str(version).split(".", 1)[0]
+    return int(head) if head.isdigit() else None
+
+
 def count_visible_devices(value: str | None) -> int | None:
     """Entries in CUDA_VISIBLE_DEVICES (indices, GPU-/MIG- UUIDs); None when unset."""
     if value is None:
@@ -48,8 +64,8 @@ def count_visible_devices(value: str | None) -> int | None:
 @parser(
     "torch_probe",
     ["python", "installed", "import_error", "version", "cuda", "hip", "cpu_only", "available", "device_count",
-     "devices", "capabilities", "arch_list", "arch_unsupported", "cudnn_version", "cudnn_error", "nccl_version",
-     "cvd", "cvd_count", "cuda_warning", "cuda_error"],
+     "devices", "capabilities", "min_capability", "arch_list", "arch_unsupported", "cudnn_version", "cudnn_error",
+     "nccl_version", "cvd", "cvd_count", "cuda_warning", "cuda_error", "cuda_major"],
 )
 def torch_probe(out: Output) -> Facts:
     data = load_json(out)
@@ -61,6 +77,7 @@ def torch_probe(out: Output) -> Facts:
     devices = data.get("devices") or []
     arch_list = data.get("arch_list") or []
     caps = [str(d.get("capability")) for d in devices]
+    numeric_caps = [float(c) for c in caps if _is_float(c)]
     unsupported = [f"GPU{d.get('index')} {d.get('name')} (sm_{str(d.get('capability')).replace('.', '')})"
                    for d in devices if arch_list and not arch_supported(str(d.get("capability")), arch_list)]
     return {
@@ -68,12 +85,14 @@ def torch_probe(out: Output) -> Facts:
         "installed": True,
         "version": data.get("torch_version"),
         "cuda": data.get("torch_cuda"),
+        "cuda_major": _major(data.get("torch_cuda")),
         "hip": data.get("hip"),
         "cpu_only": not data.get("torch_cuda") and not data.get("hip"),
         "available": bool(data.get("cuda_available")),
         "device_count": data.get("device_count", 0),
         "devices": [f"GPU{d.get('index')} {d.get('name')} (compute {d.get('capability')})" for d in devices],
         "capabilities": caps,
+        "min_capability": min(numeric_caps) if numeric_caps else None,
         "arch_list": arch_list,
         "arch_unsupported": unsupported,
         "cudnn_version": data.get("cudnn_version"),
@@ -156,3 +175,14 @@ def python_runtime(out: Output) -> Facts:
         "executable": data.get("executable"),
         "in_venv": data.get("in_venv"),
     }
+
+
+@parser(
+    "model_dir",
+    ["exists", "config", "config_error", "architectures", "model_type", "safetensors", "bad", "weights_bytes",
+     "missing_shards", "index_error"],
+)
+def model_dir(out: Output) -> Facts:
+    data = load_json(out)
+    return {k: data.get(k) for k in ("exists", "config", "config_error", "architectures", "model_type",
+                                     "safetensors", "bad", "weights_bytes", "missing_shards", "index_error")}

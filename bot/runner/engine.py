@@ -1,0 +1,231 @@
+"""Run selected checks on hosts and judge the results.
+
+Per host: connect (errors become a host-level result), find which required binaries exist with one
+command, run every distinct command once (checks sharing a command share its output) concurrently,
+then evaluate derived checks over the facts of the checks they need. Hosts run concurrently; a failing
+host or check never stops the others.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shlex
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from bot.errors import RunnerError
+from bot.redact import redact
+from bot.runner.inventory import Host
+from bot.runner.parsers import REGISTRY, Output, ParseError
+from bot.runner.report import CheckResult, HostReport
+from bot.runner.rules import FactView, evaluate
+from bot.runner.transport import CommandResult, Connector, Session
+from kb.checks_schema import PLACEHOLDER_RE, Check, CheckCatalogue
+
+KILL_GRACE_S = 5  # `timeout -k 5`: SIGKILL this long after SIGTERM
+PREREQ_TIMEOUT_S = 10
+# Prints the names (or paths) given as arguments that resolve to an executable on the host's PATH.
+_PREREQ_SCRIPT = 'for b in "$@"; do command -v "$b" >/dev/null 2>&1 && printf "%s\\n" "$b"; done; exit 0\n'
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class CommandSpec:
+    argv: tuple[str, ...]
+    stdin: str | None
+    timeout_s: float
+    binaries: tuple[str, ...]
+
+    def wrapped(self) -> list[str]:
+        """The argv run on the host: GNU timeout kills the command's whole process group at the deadline
+        (a client-side timeout alone leaves it running on the host)."""
+        return ["timeout", "-k", str(KILL_GRACE_S), f"{self.timeout_s:g}", *self.argv]
+
+    def display(self) -> str:
+        return shlex.join(self.wrapped()) + (" < script" if self.stdin is not None else "")
+
+
+def command_for(check: Check, host: Host, catalogue: CheckCatalogue) -> CommandSpec:
+    values = {k: str(v) for k, v in host.facts().items() if v is not None}
+
+    def fill(text: str) -> str:
+        return PLACEHOLDER_RE.sub(lambda m: values.get(m.group(1), ""), text)
+
+    binaries = list(check.requires)
+    if check.argv:
+        argv = [fill(a) for a in check.argv]
+        stdin = None
+        if "{python}" in check.argv[0]:
+            binaries.append(host.python)
+    else:
+        assert check.script is not None
+        args = [fill(a) for a in check.script.args]
+        stdin = catalogue.scripts[check.script.file]
+        if check.script.interpreter == "python":
+            argv = [host.python, "-", *args]
+            binaries.append(host.python)
+        else:
+            argv = ["sh", "-s", "--", *args]
+    return CommandSpec(tuple(argv), stdin, check.timeout_s, tuple(dict.fromkeys(binaries)))
+
+
+def _missing_host_fields(check: Check, host: Host) -> list[str]:
+    facts = host.facts()
+    return [name for name in check.requires_host if facts.get(name) is None]
+
+
+def _result(check: Check, verdict: str, message: str, **kw) -> CheckResult:
+    return CheckResult(id=check.id, title=check.title, verdict=verdict, message=message, tier=check.tier,
+                       why=check.why, **kw)
+
+
+def judge(check: Check, spec: CommandSpec, res: CommandResult, host: Host) -> tuple[CheckResult, dict | None]:
+    """One command's result -> the check's verdict, plus its facts (None if there are none)."""
+    common = {"duration_s": res.duration_s, "command": spec.display(), "rc": res.rc}
+    stdout, stderr = redact(res.stdout), redact(res.stderr)
+    if res.error:
+        return _result(check, "error", res.error, stdout=stdout, stderr=stderr, **common), None
+    if res.client_timeout or res.remote_timeout:
+        killed = "killed on the host" if res.remote_timeout else "no exit status; the host may be overloaded"
+        return _result(check, "timeout", f"no answer within {spec.timeout_s:g} s ({killed})",
+                       stdout=stdout, stderr=stderr, **common), None
+    parser = REGISTRY[check.parser or ""]
+    try:
+        facts = parser(Output(stdout, stderr, res.rc or 0))
+    except ParseError as exc:
+        return _result(check, "error", f"could not read the output: {exc}", stdout=stdout, stderr=stderr,
+                       **common), None
+    own = {**facts, "rc": res.rc, "stdout": stdout, "stderr": stderr}
+    outcome = evaluate(check, FactView(own, {}, host.facts()))
+    return _result(check, outcome.verdict, outcome.message, cases=list(outcome.cases), stdout=stdout,
+                   stderr=stderr, facts=facts, **common), own
+
+
+def judge_derived(check: Check, results: dict[str, CheckResult], facts: dict[str, dict], host: Host) -> CheckResult:
+    for needed in check.needs:
+        if needed not in facts:
+            r = results.get(needed)
+            why = f"{r.verdict}: {r.message}" if r else "not run"
+            return _result(check, "skipped", f"needs {needed} ({why})")
+    outcome = evaluate(check, FactView({}, {n: facts[n] for n in check.needs}, host.facts()))
+    return _result(check, outcome.verdict, outcome.message, cases=list(outcome.cases))
+
+
+async def _available_binaries(session: Session, names: list[str]) -> set[str]:
+    if not names:
+        return set()
+    argv = ["timeout", "-k", str(KILL_GRACE_S), str(PREREQ_TIMEOUT_S), "sh", "-s", "--", *names]
+    res = await session.run(argv, stdin=_PREREQ_SCRIPT, timeout_s=PREREQ_TIMEOUT_S)
+    if res.error or res.client_timeout or res.rc != 0:
+        detail = res.error or (res.stderr.strip().splitlines() or [f"exit status {res.rc}"])[-1]
+        raise RunnerError(f"the host could not run the prerequisite probe (`sh` and GNU `timeout` are needed): "
+                          f"{redact(detail)[:200]}")
+    return {line.strip() for line in res.stdout.splitlines() if line.strip()}
+
+
+async def diagnose_host(
+    host: Host, connector: Connector, checks: list[Check], catalogue: CheckCatalogue, progress: Progress | None = None
+) -> HostReport:
+    start = time.monotonic()
+    say = progress or (lambda _msg: None)
+    report = HostReport(host=host.name, address=host.connect_to)
+    try:
+        session = await connector.open(host)
+    except RunnerError as exc:
+        report.error, report.error_kind = str(exc), type(exc).__name__
+        report.duration_s = time.monotonic() - start
+        say(f"{host.name}: {exc}")
+        return report
+    say(f"{host.name}: connected")
+    results: dict[str, CheckResult] = {}
+    facts: dict[str, dict] = {}
+    try:
+        plans: dict[CommandSpec, list[Check]] = {}
+        for check in checks:
+            if check.derived:
+                continue
+            missing = _missing_host_fields(check, host)
+            if missing:
+                results[check.id] = _result(check, "skipped", f"the inventory sets no {', '.join(missing)} for this host")
+                continue
+            plans.setdefault(command_for(check, host, catalogue), []).append(check)
+        wanted = sorted({b for spec in plans for b in spec.binaries})
+        try:
+            available = await _available_binaries(session, wanted)
+        except RunnerError as exc:
+            report.error, report.error_kind = f"{host.name}: {exc}", "RunnerError"
+            return report
+        done = 0
+        total = len(checks)
+
+        async def run_plan(spec: CommandSpec, group: list[Check]) -> None:
+            nonlocal done
+            absent = [b for b in spec.binaries if b not in available]
+            if absent:
+                for check in group:
+                    results[check.id] = _result(check, "skipped", f"{', '.join(absent)} not found on the host's PATH")
+            else:
+                res = await session.run(spec.wrapped(), stdin=spec.stdin, timeout_s=spec.timeout_s)
+                for check in group:
+                    results[check.id], own = judge(check, spec, res, host)
+                    if own is not None:
+                        facts[check.id] = own
+            for check in group:
+                done += 1
+                say(f"{host.name}: {done}/{total} {check.id} {results[check.id].verdict}")
+
+        await asyncio.gather(*(run_plan(spec, group) for spec, group in plans.items()))
+        for check in _derived_in_order(checks):
+            results[check.id] = judge_derived(check, results, facts, host)
+    finally:
+        await session.close()
+    report.checks = [results[c.id] for c in checks]
+    report.duration_s = time.monotonic() - start
+    say(f"{host.name}: done in {report.duration_s:.1f} s")
+    return report
+
+
+def _derived_in_order(checks: list[Check]) -> list[Check]:
+    derived = {c.id: c for c in checks if c.derived}
+    ordered: list[Check] = []
+    placed: set[str] = set()
+
+    def place(check: Check) -> None:
+        if check.id in placed:
+            return
+        for needed in check.needs:
+            if needed in derived:
+                place(derived[needed])
+        placed.add(check.id)
+        ordered.append(check)
+
+    for check in derived.values():
+        place(check)
+    return ordered
+
+
+async def diagnose_hosts(
+    hosts: list[Host],
+    connector: Connector,
+    checks: list[Check],
+    catalogue: CheckCatalogue,
+    *,
+    progress: Progress | None = None,
+    max_parallel_hosts: int = 32,
+) -> list[HostReport]:
+    gate = asyncio.Semaphore(max_parallel_hosts)
+
+    async def one(host: Host) -> HostReport:
+        async with gate:
+            try:
+                return await diagnose_host(host, connector, checks, catalogue, progress)
+            except Exception as exc:  # a bug must not take the other hosts down; it is reported per host
+                return HostReport(host=host.name, address=host.connect_to, error=f"internal error: {exc!r}",
+                                  error_kind=type(exc).__name__)
+
+    try:
+        return list(await asyncio.gather(*(one(h) for h in hosts)))
+    finally:
+        await connector.close()

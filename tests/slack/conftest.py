@@ -1,0 +1,41 @@
+"""Fixtures for the Slack bot tests: a fake Slack Web API over real HTTP, the bot served by its real HTTP
+server (waitress) on a free port, signed requests sent with urllib. The engine is the real one
+(tests/conftest.py `doctor`: bundled KB + all-MiniLM-L6-v2), built once per session."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from fake_slack import FakeSlack
+from slack_support import SlackSender, bot_settings
+
+
+@pytest.fixture
+def fake_slack() -> Iterator[FakeSlack]:
+    fake = FakeSlack().start()
+    yield fake
+    fake.stop()
+
+
+@pytest.fixture
+def make_http_bot(fake_slack: FakeSlack, doctor: Any, settings: Any) -> Iterator[Any]:
+    """Start the bot in HTTP mode against the fake; returns (bot, sender). Stopped after the test."""
+    from bot.slack.service import SlackBot
+
+    started: list[Any] = []
+
+    def make(engine: Any = None, **overrides: Any) -> tuple[Any, SlackSender]:
+        bot = SlackBot(bot_settings(fake_slack, settings, **overrides), engine or doctor, http=True).start()
+        started.append(bot)
+        return bot, SlackSender(bot.url + "/slack/events")
+
+    yield make
+    for bot in started:
+        bot.stop(drain_s=30)
+
+
+@pytest.fixture
+def http_bot(make_http_bot: Any) -> tuple[Any, SlackSender]:
+    return make_http_bot()
