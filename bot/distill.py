@@ -51,6 +51,7 @@ _ROOT_MARKERS = re.compile(
 )
 _LEVEL_ERROR = re.compile(r"^\S*\s*(?:ERROR|CRITICAL)\b")
 _CHAINED = re.compile(r"^(?:The above exception was the direct cause|During handling of the above exception)")
+_ERROR_WORD = re.compile(r"(?i)\b(?:error|errors|failed|failure|fatal|refused|denied|not found|unable to)\b")
 _CJK = re.compile(r"[\u4e00-\u9fff]")
 
 
@@ -88,6 +89,13 @@ def decode_input(data: str | bytes, max_bytes: int) -> tuple[str, tuple[str, ...
     if not text.strip():
         raise EmptyInput("The log is empty. Paste the error output of vLLM (the last 50-100 lines are usually enough).")
     return text, tuple(notes)
+
+
+def _is_info(raw: str, stripped: str) -> bool:
+    """True when the prefix that clean_line removed names the INFO or DEBUG level."""
+    i = raw.find(stripped[:40])
+    prefix = raw[:i] if i > 0 else ""
+    return "INFO" in prefix or "DEBUG" in prefix
 
 
 def _is_frame_or_code(cleaned: str) -> bool:
@@ -136,6 +144,7 @@ def distill(text: str, notes: tuple[str, ...] = (), keywords: tuple[str, ...] = 
     roots: list[LogLine] = []
     frames_for_root: dict[int, list[LogLine]] = {}
     context: list[LogLine] = []
+    info_context: list[LogLine] = []
     candidates: deque[LogLine] = deque(maxlen=MAX_CANDIDATES)
     head_candidates: list[LogLine] = []  # the first lines are kept too: the root error is often early
     dangling_frames: list[LogLine] = []
@@ -181,9 +190,16 @@ def distill(text: str, notes: tuple[str, ...] = (), keywords: tuple[str, ...] = 
         if BOILERPLATE_RE.search(stripped):  # visible to signatures, but not evidence or query
             _keep(candidates, head_candidates, LogLine(idx + 1, stripped, "context"))
             continue
-        is_root = bool(_ROOT_MARKERS.search(stripped) or _EXCEPTION_LINE.match(stripped)) or bool(
-            _LEVEL_ERROR.match(raw.lstrip()) and not _is_frame_or_code(cleaned)
-        )
+        if _is_info(raw, stripped):
+            # INFO/DEBUG lines are never the error, even when they mention memory or CUDA; they are
+            # kept for signatures (metrics lines) and as a last resort for context.
+            line = LogLine(idx + 1, stripped, "context")
+            info_context.append(line)
+            _keep(candidates, head_candidates, line)
+            continue
+        is_root = bool(
+            _ROOT_MARKERS.search(stripped) or _EXCEPTION_LINE.match(stripped) or _ERROR_WORD.search(stripped)
+        ) or bool(_LEVEL_ERROR.match(raw.lstrip()) and not _is_frame_or_code(cleaned))
         line = LogLine(idx + 1, stripped, "root" if is_root else "context")
         (roots if is_root else context).append(line)
         _keep(candidates, head_candidates, line)
@@ -193,7 +209,7 @@ def distill(text: str, notes: tuple[str, ...] = (), keywords: tuple[str, ...] = 
             _keep(candidates, head_candidates, frame)
         context.extend(dangling_frames)
 
-    evidence = _select_evidence(roots, frames_for_root, context, lines)
+    evidence = _select_evidence(roots, frames_for_root, context or info_context[-10:], lines)
     by_line = {c.line_no: c for c in (*head_candidates, *candidates)}
     cleaned_all = tuple(sorted(by_line.values(), key=lambda c: c.line_no)) or evidence
     root_errors = tuple(_redact_line(r) for r in _limit_roots(roots))

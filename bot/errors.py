@@ -4,7 +4,10 @@
     ├── UserInputError               bad paste / argument; message says what to do
     │   ├── EmptyInput
     │   ├── InputTooLarge
-    │   └── BinaryInput
+    │   ├── BinaryInput
+    │   ├── InvalidCase              a new/edited KB case fails the schema or the KB rules (per field)
+    │   ├── ReviewConflict           a KB submission was already decided, or is not in that state
+    │   └── InvalidTarget            a diagnose target that is not a plain host/group name (metacharacters…)
     ├── ConfigError                  a setting or settings file is wrong
     ├── IndexUnavailable             the search index could not be loaded or built
     ├── LLMUnavailable               the explaining LLM is down, slow or answered nonsense
@@ -36,6 +39,23 @@ class InputTooLarge(UserInputError):
 
 
 class BinaryInput(UserInputError):
+    pass
+
+
+class InvalidCase(UserInputError):
+    """`problems` maps a field name ("title", "signatures", "examples", …) to what is wrong with it."""
+
+    def __init__(self, problems: dict[str, str], where: str = "case"):
+        self.problems = dict(problems)
+        self.where = where
+        super().__init__(f"{where}: " + "; ".join(f"field '{k}': {v}" for k, v in self.problems.items()))
+
+
+class ReviewConflict(UserInputError):
+    pass
+
+
+class InvalidTarget(UserInputError):
     pass
 
 

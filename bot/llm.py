@@ -108,6 +108,10 @@ class LLMClient:
             entries = list(page.data)
         except openai.APIError as exc:
             raise map_error(exc, self.base_url) from exc
+        except ValueError as exc:
+            raise LLMUnavailable(
+                _one_line(f"unreadable model list from {self.base_url}: {exc}"), "bad_response"
+            ) from exc
         if not entries:
             raise LLMUnavailable(f"{self.base_url}/models lists no model", kind="unknown_model")
         served = tuple(e.id for e in entries)
@@ -167,6 +171,8 @@ class LLMClient:
             raise map_error(exc, self.base_url) from exc
         except openai.APIError as exc:
             raise map_error(exc, self.base_url) from exc
+        except ValueError:
+            out = None
         count = out.get("count") if isinstance(out, dict) else None
         if not isinstance(count, int):
             with self._flags.lock:
@@ -213,6 +219,10 @@ class LLMClient:
             )
         except openai.APIError as exc:
             raise self._fail(exc) from exc
+        except ValueError as exc:  # a body that is not JSON surfaces as a raw decode error
+            raise LLMUnavailable(
+                _one_line(f"unreadable answer from {self.base_url}: {exc}"), "bad_response"
+            ) from exc
         if not resp.choices:
             raise LLMUnavailable("the server answered with no choices", kind="bad_response")
         choice = resp.choices[0]
@@ -268,6 +278,13 @@ class LLMClient:
                 if piece:
                     result.text += piece
                     yield piece
+            if result.finish_reason is None:
+                # a server killed mid-answer closes the connection; the SSE reader just sees the end
+                self.forget_server_info()
+                raise LLMUnavailable(
+                    f"the answer stream from {self.base_url} ended before the answer was complete",
+                    "connection",
+                )
         except openai.APIError as exc:
             raise self._fail(exc, stalled_after=stall_s) from exc
         except LLMUnavailable:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import AliasChoices, Field, field_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
 from bot.errors import ConfigError
@@ -46,6 +46,30 @@ class _YamlFileSource(PydanticBaseSettingsSource):
         if not isinstance(data, dict):
             raise ConfigError(f"settings file {path}: top level must be a mapping")
         return {str(k).upper(): v for k, v in data.items()}
+
+
+class RunnerAccessRule(BaseModel):
+    """Who may run host checks on which inventory hosts/groups (remote runner; default deny).
+
+    A rule applies when the user matches (`users`, or one of `usergroups`; both empty = anyone) AND the
+    channel matches (`channels`; empty = any channel). It grants `hosts` (names or groups, "*" = all) up
+    to `max_tier`. At least one of users/usergroups/channels must be given, so no rule allows everyone
+    everywhere by accident; write users: ["*"] to mean it.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    hosts: list[str] = Field(min_length=1)
+    users: list[str] = Field(default_factory=list)
+    usergroups: list[str] = Field(default_factory=list)
+    channels: list[str] = Field(default_factory=list)
+    max_tier: int = Field(0, ge=0, le=2)
+
+    @model_validator(mode="after")
+    def _someone(self) -> RunnerAccessRule:
+        if not (self.users or self.usergroups or self.channels):
+            raise ValueError("an access rule needs users, usergroups or channels (users: ['*'] for anyone)")
+        return self
 
 
 class Settings(BaseSettings):
@@ -259,6 +283,73 @@ class Settings(BaseSettings):
         validation_alias=AliasChoices("VLLM_DOCTOR_KB_HEALTHY_LOGS", "kb_healthy_logs_dir"),
         description="Healthy start-up logs (*.log) that no new signature may match; default: tests/eval/healthy "
         "of the checkout.",
+    )
+
+    # --- remote runner (issue 5: /vllm-diagnose host checks; bot/runner/) ------------------------------
+    runner_inventory: Path | None = Field(
+        None,
+        validation_alias=AliasChoices("VLLM_DOCTOR_INVENTORY", "runner_inventory"),
+        description="Host inventory YAML (own format or Ansible YAML inventory) naming the hosts and groups "
+        "that /vllm-diagnose and `vllm-doctor diagnose` may check.",
+    )
+    runner_ssh_config: Path | None = Field(
+        None,
+        validation_alias=AliasChoices("VLLM_DOCTOR_SSH_CONFIG", "runner_ssh_config"),
+        description="OpenSSH client config (HostName, User, Port, IdentityFile, ProxyJump); default ~/.ssh/config "
+        "when it exists.",
+    )
+    runner_known_hosts: Path = Field(
+        default_factory=lambda: Path.home() / ".ssh" / "known_hosts",
+        validation_alias=AliasChoices("VLLM_DOCTOR_KNOWN_HOSTS", "runner_known_hosts"),
+        description="known_hosts file every host key is verified against; unknown or changed keys are refused.",
+    )
+    runner_checks_dir: Path | None = Field(
+        None,
+        validation_alias=AliasChoices("VLLM_DOCTOR_CHECKS_DIR", "runner_checks_dir"),
+        description="Directory of check catalogue files (<area>.yaml + scripts/); default: the bundled kb/checks.",
+    )
+    runner_connect_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        validation_alias=AliasChoices("VLLM_DOCTOR_SSH_CONNECT_TIMEOUT", "runner_connect_timeout_s"),
+        description="Seconds to wait for an SSH connection and login before the host counts as unreachable.",
+    )
+    runner_max_connecting: int = Field(
+        8,
+        ge=1,
+        le=256,
+        validation_alias=AliasChoices("VLLM_DOCTOR_SSH_MAX_STARTUPS", "runner_max_connecting"),
+        description="SSH handshakes in flight at once; keep below the hosts' sshd MaxStartups (default 10).",
+    )
+    runner_max_channels_per_host: int = Field(
+        6,
+        ge=1,
+        le=64,
+        validation_alias=AliasChoices("VLLM_DOCTOR_SSH_MAX_SESSIONS", "runner_max_channels_per_host"),
+        description="Commands run at once on one host (SSH channels); keep below sshd MaxSessions (default 10).",
+    )
+    runner_max_parallel_hosts: int = Field(
+        32,
+        ge=1,
+        le=1024,
+        validation_alias=AliasChoices("VLLM_DOCTOR_RUNNER_MAX_HOSTS", "runner_max_parallel_hosts"),
+        description="Hosts checked at the same time when a group is diagnosed.",
+    )
+    runner_local_python: str = Field(
+        "python3",
+        validation_alias=AliasChoices("VLLM_DOCTOR_LOCAL_PYTHON", "runner_local_python"),
+        description="Python whose torch/vLLM `diagnose --local` inspects (the environment that runs vLLM).",
+    )
+    runner_audit_db: Path = Field(
+        default_factory=lambda: _default_cache_dir() / "audit.sqlite3",
+        validation_alias=AliasChoices("VLLM_DOCTOR_AUDIT_DB", "runner_audit_db"),
+        description="SQLite audit log of every diagnose run and refusal: who, when, hosts, checks, verdicts.",
+    )
+    runner_access: list[RunnerAccessRule] = Field(
+        default_factory=list,
+        validation_alias=AliasChoices("VLLM_DOCTOR_RUNNER_ACCESS", "runner_access"),
+        description="Who may diagnose which hosts from Slack: a list of {hosts, users, usergroups, channels, "
+        "max_tier} rules (JSON in the environment, a list in the YAML file). Empty: nobody (default deny).",
     )
 
     @field_validator("kb_reviewers", mode="before")

@@ -242,6 +242,28 @@ class KBIndex:
         index._sync([case for case in kb.cases], force_rebuild=force_rebuild)
         return index
 
+    @classmethod
+    def in_memory(
+        cls,
+        documents: list[Document],
+        vectors: np.ndarray,
+        encoder_factory: Callable[[], Encoder],
+        *,
+        store_kind: str = "auto",
+    ) -> KBIndex:
+        """An unpersisted index over precomputed vectors (row i = documents[i]; each case's documents
+        contiguous). For benchmarks at sizes one cannot embed, and for tests."""
+        index = cls(Path("<memory>"), encoder_factory, store_kind)
+        index._persistent = False
+        matrix = np.ascontiguousarray(vectors, dtype=np.float32)
+        if matrix.ndim != 2 or matrix.shape[0] != len(documents):
+            raise ValueError(f"{len(documents)} documents but vectors of shape {matrix.shape}")
+        store = VectorStore.build(matrix, index._wanted_kind(len(documents)))
+        lexical = LexicalIndex.build([d.text for d in documents])
+        hashes = {d.case_id: "" for d in documents}
+        index._state = _State.assemble(list(documents), hashes, store, lexical, index.encoder().model_id)
+        return index
+
     @property
     def model_id(self) -> str:
         return self._state_or_raise().model_id

@@ -147,3 +147,8 @@ class VectorStore:
         except OSError as exc:
             raise StoreError(f"cannot read {path}: {exc.strerror or exc}") from exc
         return cls.from_bytes(data)
+
+
+def set_search_threads(n: int) -> None:
+    """OpenMP threads faiss may use (process-wide)."""
+    faiss.omp_set_num_threads(max(1, n))

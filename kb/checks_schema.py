@@ -49,6 +49,8 @@ SCRIPTS_DIRNAME = "scripts"
 
 CHECK_ID_RE = re.compile(r"^[a-z]+\.[a-z0-9_]+$")
 AREA_RE = re.compile(r"^[a-z]+$")
+# Display order of the bundled areas (bottom of the stack first); other areas follow alphabetically.
+AREA_ORDER = ("gpu", "cuda", "python", "system", "env", "model", "server")
 # A binary name or absolute path the host must have; no shell metacharacters can pass.
 BINARY_RE = re.compile(r"^(?:/[A-Za-z0-9._+/-]+|[A-Za-z0-9][A-Za-z0-9._+-]*)$")
 FACT_PATH_RE = re.compile(
@@ -331,7 +333,8 @@ def load_checks(checks_dir: Path | None = None) -> CheckCatalogue:
     parsers; KB case ids by the tests (and `bot.runner.catalogue.validate_case_ids`).
     """
     checks_dir = Path(checks_dir) if checks_dir else DEFAULT_CHECKS_DIR
-    files = sorted(p for p in checks_dir.glob("*.yaml") if p.is_file())
+    files = sorted((p for p in checks_dir.glob("*.yaml") if p.is_file()),
+                   key=lambda p: (AREA_ORDER.index(p.stem) if p.stem in AREA_ORDER else len(AREA_ORDER), p.stem))
     if not files:
         raise KBError(checks_dir, ["no check files (*.yaml) found"])
     checks: dict[str, Check] = {}

@@ -257,6 +257,12 @@ def _provenance(diagnosis: Diagnosis, explanation: Any, streaming_text: str | No
     source = getattr(explanation, "source", None)
     if source == "llm":
         items.append(":robot_face: Explained by the team's LLM from the KB case; check commands before running them")
+        best = diagnosis.best
+        chosen = str(getattr(explanation, "case_id", "") or "")
+        if chosen == "none":
+            items.append("The LLM found none of the retrieved cases convincing")
+        elif best is not None and chosen and chosen != best.case_id:
+            items.append(f"The LLM thinks KB case {inline_code(chosen, 120)} fits better")
     elif streaming_text or llm_pending:
         items.append(":hourglass_flowing_sand: The LLM is writing an explanation…")
     else:

@@ -1,0 +1,132 @@
+"""Candidates for new cases: logs the KB could not answer ("unknown") or whose answer did not help.
+
+Text is redacted before it is stored (bot/redact.py) and kept short (the distilled evidence, not the
+paste). The same failure pasted again folds into one row (`seen` counts it): the fingerprint is the
+sha256 of the masked root error lines, so timestamps, PIDs and paths do not make a log look new. When a
+case is added whose signatures match a candidate, the candidate is marked resolved by that case.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass
+from typing import Literal
+
+from bot.distill import distill
+from bot.kbstore.db import Database
+from bot.match import SignatureScanner
+from bot.redact import redact
+from indexer.text import clean_line, mask
+from kb.schema import Case
+
+Reason = Literal["unknown", "not_helpful"]
+MAX_TEXT = 8000
+MAX_SUMMARY = 300
+
+
+@dataclass(frozen=True)
+class Candidate:
+    id: int
+    reason: Reason
+    summary: str
+    text: str
+    case_id: str | None
+    channel: str | None
+    user_id: str | None
+    answer_id: str | None
+    seen: int
+    first_seen: float
+    last_seen: float
+    resolved_by: str | None
+
+
+def _fingerprint(text: str) -> tuple[str, str]:
+    """(fingerprint, summary) of a log: its root error lines, masked; the first one is the summary."""
+    distilled = distill(text)
+    roots = [r.text for r in distilled.root_errors] or [e.text for e in distilled.evidence[-5:]]
+    if not roots:
+        roots = [clean_line(line).strip() for line in text.splitlines() if line.strip()][-5:]
+    key = "\n".join(mask(r) for r in roots)
+    summary = roots[0] if roots else ""
+    return hashlib.sha256(key.encode("utf-8", "replace")).hexdigest(), summary
+
+
+class CandidateStore:
+    def __init__(self, db: Database):
+        self.db = db
+
+    def add(
+        self,
+        text: str,
+        reason: Reason,
+        *,
+        case_id: str | None = None,
+        channel: str | None = None,
+        user_id: str | None = None,
+        answer_id: str | None = None,
+        now: float | None = None,
+    ) -> Candidate | None:
+        """Record (or count again) a log; returns None for a text with nothing in it."""
+        safe = redact(text).strip()
+        if not safe:
+            return None
+        fingerprint, summary = _fingerprint(safe)
+        summary = redact(summary)[:MAX_SUMMARY]
+        safe = safe[-MAX_TEXT:]  # log tails carry the error
+        now = time.time() if now is None else now
+        with self.db.write() as conn:
+            conn.execute(
+                """INSERT INTO candidates (fingerprint, reason, summary, text, case_id, channel, user_id, answer_id,
+                                           seen, first_seen, last_seen)
+                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?)
+                   ON CONFLICT (fingerprint) DO UPDATE SET
+                       seen = seen + 1, last_seen = excluded.last_seen, reason = excluded.reason,
+                       case_id = COALESCE(excluded.case_id, case_id), channel = excluded.channel,
+                       user_id = excluded.user_id, answer_id = excluded.answer_id, text = excluded.text""",
+                (fingerprint, reason, summary, safe, case_id, channel, user_id, answer_id, now, now),
+            )
+            row = conn.execute("SELECT * FROM candidates WHERE fingerprint = ?", (fingerprint,)).fetchone()
+        return _candidate(row)
+
+    def open(self, limit: int = 20) -> list[Candidate]:
+        """Unresolved candidates, most often seen and most recent first."""
+        with self.db.read() as conn:
+            rows = conn.execute(
+                "SELECT * FROM candidates WHERE resolved_by IS NULL ORDER BY seen DESC, last_seen DESC LIMIT ?",
+                (limit,),
+            ).fetchall()
+        return [_candidate(r) for r in rows]
+
+    def counts(self) -> dict[str, int]:
+        with self.db.read() as conn:
+            row = conn.execute(
+                """SELECT COALESCE(SUM(resolved_by IS NULL), 0) AS open,
+                          COALESCE(SUM(resolved_by IS NOT NULL), 0) AS resolved,
+                          COALESCE(SUM(resolved_by IS NULL AND reason = 'unknown'), 0) AS unknown,
+                          COALESCE(SUM(resolved_by IS NULL AND reason = 'not_helpful'), 0) AS not_helpful
+                   FROM candidates"""
+            ).fetchone()
+        return {k: int(row[k]) for k in ("open", "resolved", "unknown", "not_helpful")}
+
+    def resolve_with(self, case: Case) -> int:
+        """Mark open candidates that the new case's signatures now match; returns how many."""
+        scanner = SignatureScanner([case])
+        with self.db.read() as conn:
+            rows = conn.execute("SELECT id, text FROM candidates WHERE resolved_by IS NULL").fetchall()
+        hit_ids = [r["id"] for r in rows if scanner.scan(distill(r["text"]).cleaned)]
+        if hit_ids:
+            with self.db.write() as conn:
+                conn.executemany(
+                    "UPDATE candidates SET resolved_by = ? WHERE id = ? AND resolved_by IS NULL",
+                    [(case.id, i) for i in hit_ids],
+                )
+        return len(hit_ids)
+
+
+def _candidate(row: object) -> Candidate:
+    r = dict(row)  # type: ignore[call-overload]
+    return Candidate(
+        r["id"], r["reason"], r["summary"], r["text"], r["case_id"], r["channel"], r["user_id"], r["answer_id"],
+        r["seen"], r["first_seen"], r["last_seen"], r["resolved_by"],
+    )

@@ -1,0 +1,96 @@
+"""Case ⇄ YAML text in the house format of kb/cases (docs/kb-authoring.md).
+
+`render_case` writes fields in schema order, leaves out empty optional fields, and uses literal blocks
+(`|`) for multi-line text so example logs stay verbatim and readable in review diffs. Every rendering is
+parsed back and compared with the case before anyone writes it, so a YAML quirk can never change a case.
+`parse_case_text` is the strict reader for `kb add --from-file`: errors name the file and the field (or
+the YAML line).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from kb.loader import KBError, _format_validation
+from kb.schema import Case
+
+# Optional fields left out of the file when they hold their default (keeps new files as short as the
+# hand-written ones).
+_OMIT_WHEN_EMPTY = ("secondary", "keywords", "checks", "affects", "fixed_in")
+
+
+class _CaseDumper(yaml.SafeDumper):
+    pass
+
+
+def _str_representer(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
+    if "\n" in value:
+        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|")
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value)
+
+
+_CaseDumper.add_representer(str, _str_representer)
+
+
+def _clean_block(text: str) -> str:
+    """Trailing spaces and tabs would force PyYAML out of the literal style; they carry no meaning."""
+    return "\n".join(line.rstrip() for line in text.strip("\n").splitlines()) + "\n"
+
+
+def case_to_data(case: Case) -> dict[str, Any]:
+    data = case.model_dump(mode="json", exclude_none=True)
+    for key in _OMIT_WHEN_EMPTY:
+        if not data.get(key):
+            data.pop(key, None)
+    for example in data.get("examples", []):
+        example["log"] = _clean_block(example["log"])
+    for step in data.get("fix", []):
+        if not step.get("command"):
+            step.pop("command", None)
+    return data
+
+
+def render_case(case: Case) -> str:
+    """YAML text for `case`; raises ValueError if it would not read back as the same case."""
+    data = case_to_data(case)
+    text = yaml.dump(data, Dumper=_CaseDumper, sort_keys=False, allow_unicode=True, width=110, indent=2)
+    again = Case.model_validate(yaml.safe_load(text))
+    if again != Case.model_validate(data):
+        raise ValueError(f"case {case.id}: YAML rendering does not round-trip")
+    return text
+
+
+def normalised(case: Case) -> Case:
+    """The case as it will read back from its file (log blocks cleaned the way render_case writes them)."""
+    return Case.model_validate(case_to_data(case))
+
+
+def parse_case_text(text: str, origin: str | Path) -> Case:
+    """Strict parse of one case (any file name: the id/area-vs-path rules apply only inside kb/cases)."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise KBError(origin, [f"{where}YAML syntax error: {problem}"]) from exc
+    if not isinstance(data, dict):
+        raise KBError(origin, ["top level must be a mapping of fields"])
+    try:
+        return Case.model_validate(data)
+    except ValidationError as exc:
+        raise KBError(origin, _format_validation(exc)) from exc
+
+
+def parse_case_file(path: Path) -> Case:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise KBError(path, [f"not UTF-8 ({exc.reason})"]) from exc
+    except OSError as exc:
+        raise KBError(path, [f"cannot read: {exc.strerror or exc}"]) from exc
+    return parse_case_text(text, path)
