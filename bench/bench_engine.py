@@ -52,7 +52,11 @@ def main() -> int:
     print(f"warm-up (index open/build + model load): {time.perf_counter() - t:.2f} s", file=sys.stderr)
 
     rows = []
-    for label, size, runs in (("1 KB", 1_000, args.runs), ("100 KB", 100_000, args.runs), ("10 MB", 10_000_000, 5)):
+    for label, size, runs in (
+        ("1 KB", 1_000, args.runs),
+        ("100 KB", 100_000, args.runs),
+        ("10 MB", 10_000_000, 5),
+    ):
         log = make_log(size, noise, error)
         doctor.diagnose(log)
         times = []

@@ -223,6 +223,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-confident-wrong", type=float, default=None, help="exit 1 if above this")
     p.add_argument("--floor-abstain", type=float, default=None, help="exit 1 if abstain on uncovered is below")
     p.add_argument("--errors", action="store_true", help="list every miss")
+    p.add_argument("--sweep", action="store_true", help="print a threshold sweep (calibration)")
     p.set_defaults(func=cmd_eval)
 
     p = sub.add_parser("diagnose", help="run the host check catalogue (SSH or --local)")

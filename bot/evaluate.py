@@ -18,7 +18,7 @@ from typing import Any
 
 from bot.errors import UserInputError
 
-MODES = ("hybrid", "bm25", "dense")
+MODES = ("hybrid", "hybrid-rrf", "bm25", "dense")  # hybrid = weighted fusion (the default)
 NOISE_LINES_BEFORE = 300
 NOISE_LINES_AFTER = 40
 
@@ -34,6 +34,8 @@ class Result:
     confident_wrong: int = 0
     abstained_uncovered: int = 0
     misses: list[str] = field(default_factory=list)
+    # (best score, best is expected, log is covered) per log: for the threshold sweep
+    outcomes: list[tuple[float, bool, bool]] = field(default_factory=list)
 
     def metrics(self) -> dict[str, float | int | str]:
         total = self.n_covered + self.n_uncovered
@@ -88,16 +90,21 @@ def evaluate(doctor: Any, items: list[dict[str, Any]], healthy: list[list[str]] 
     for variant, noise in variants:
         for mode in MODES:
             r = Result(mode, variant)
+            matcher = doctor.matcher
+            saved_fusion = matcher.fusion
+            matcher.fusion = "rrf" if mode == "hybrid-rrf" else saved_fusion
+            search_mode = "hybrid" if mode.startswith("hybrid") else mode
             for i, it in enumerate(items):
                 log = bury(it["log"], noise, i) if noise else it["log"]
                 expected = it["expected"]
                 try:
-                    d = doctor.diagnose(log, mode=mode)
+                    d = doctor.diagnose(log, mode=search_mode)
                     ids = [m.case_id for m in d.matches]
                     verdict = d.verdict
                 except UserInputError:
                     ids, verdict = [], "unknown"
                 best = ids[0] if ids else None
+                r.outcomes.append((d.matches[0].score if ids else 0.0, best == expected, bool(expected)))
                 if expected:
                     r.n_covered += 1
                     r.top1 += best == expected
@@ -111,8 +118,22 @@ def evaluate(doctor: Any, items: list[dict[str, Any]], healthy: list[list[str]] 
                         r.misses.append(f"{it.get('id')}: uncovered but matched {best}")
                 if verdict == "match" and best != expected:
                     r.confident_wrong += 1
+            matcher.fusion = saved_fusion
             results.append(r)
     return results
+
+
+def sweep(result: Result, thresholds: tuple[float, ...] = (0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85)) -> str:
+    """How the 'match' threshold trades answered-and-right against confident-wrong (calibration)."""
+    total = len(result.outcomes) or 1
+    covered = sum(1 for _, _, cov in result.outcomes if cov) or 1
+    rows = [f"\nthreshold sweep ({result.variant} {result.mode}): a 'match' at score >= t",
+            "| t | correct matches (of covered) | confident-wrong (of all) |", "|---|---|---|"]
+    for t in thresholds:
+        right = sum(1 for s, ok, cov in result.outcomes if s >= t and ok and cov)
+        wrong = sum(1 for s, ok, _ in result.outcomes if s >= t and not ok)
+        rows.append(f"| {t:.2f} | {right / covered:.3f} | {wrong / total:.3f} |")
+    return "\n".join(rows)
 
 
 def format_table(results: list[Result]) -> str:
@@ -144,6 +165,10 @@ def run_eval(args: argparse.Namespace, doctor: Any) -> int:
         print(json.dumps([r.metrics() for r in results], indent=2))
     else:
         print(format_table(results))
+    if getattr(args, "sweep", False):
+        for r in results:
+            if r.mode == "hybrid":
+                print(sweep(r))
     if args.errors:
         for r in results:
             if r.mode == "hybrid" and r.misses:

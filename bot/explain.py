@@ -489,6 +489,7 @@ class PreviewScanner:
         self._in_string = False
         self._escape = False
         self._unicode: str | None = None
+        self._high_surrogate: int | None = None
         self._is_key = False
         self._expect_key = False
         self._key_buf: list[str] = []
@@ -545,12 +546,22 @@ class PreviewScanner:
             self._unicode += ch
             if len(self._unicode) == 4:
                 try:
-                    decoded = chr(int(self._unicode, 16))
+                    code = int(self._unicode, 16)
                 except ValueError:
-                    decoded = ""
+                    code = 0x20
                 self._unicode = None
-                if not (0xD800 <= ord(decoded or "a") <= 0xDFFF):  # lone surrogates cannot be shown
-                    self._char(decoded, out)
+                if 0xD800 <= code <= 0xDBFF:  # first half of a surrogate pair (\ud83d\ude00 = one emoji)
+                    self._high_surrogate = code
+                    return
+                if 0xDC00 <= code <= 0xDFFF:
+                    if self._high_surrogate is not None:
+                        self._char(
+                            chr(0x10000 + ((self._high_surrogate - 0xD800) << 10) + (code - 0xDC00)), out
+                        )
+                    self._high_surrogate = None
+                    return  # a lone half cannot be shown
+                self._high_surrogate = None
+                self._char(chr(code), out)
             return
         if self._escape:
             self._escape = False

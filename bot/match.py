@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal, Protocol
 
 from bot.models import Distilled, Evidence, LogLine, Match, Verdict
@@ -30,6 +30,8 @@ DEFAULT_MATCH_THRESHOLD = 0.70
 DEFAULT_UNCERTAIN_THRESHOLD = 0.40
 # Dense cosine between a masked log and a case is ~0.15 for unrelated text and ~0.8 for a paraphrase.
 DENSE_FLOOR, DENSE_CEIL = 0.25, 0.80
+# A retrieval-only best case must beat the runner-up by this much to be a confident 'match'.
+RETRIEVAL_MARGIN = 0.08
 # Feedback prior ("Fixed it" / "Didn't help", bot/kbstore/feedback.py): added to a case's score, clamped here
 # so no caller can move a ranking by more than this (docs/kb-growth.md).
 MAX_PRIOR = 0.03
@@ -219,6 +221,12 @@ class Matcher:
                     scores=parts,
                 )
             )
+        if len(matches) >= 2 and not matches[0].signature_hit:
+            # Retrieval alone is only trusted when it clearly separates the best case from the next one;
+            # two close candidates mean "uncertain", never a confident answer.
+            if matches[0].score - matches[1].score < RETRIEVAL_MARGIN:
+                capped = min(matches[0].score, round(self.thresholds.match - 0.01, 3))
+                matches[0] = replace(matches[0], score=capped)
         verdict = self.thresholds.verdict(matches[0].score) if matches else "unknown"
         return verdict, tuple(matches)
 

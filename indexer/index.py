@@ -51,7 +51,9 @@ MANIFEST_NAME = "manifest.json"
 LOCK_NAME = ".lock"
 # How long open() waits for another process that is building the same index.
 LOCK_TIMEOUT_S = 600.0
-RRF_K = 60  # reciprocal-rank constant for the default order of search() results
+RRF_K = 60
+# Up to this many documents every query scores every document (exact dense ranks for all cases).
+EXACT_WINDOW = 4096  # reciprocal-rank constant for the default order of search() results
 _GEN_RE = re.compile(r"^(vectors-[0-9a-f]+\.faiss|bm25-[0-9a-f]+)$")
 _readonly_warned: set[str] = set()
 
@@ -216,6 +218,7 @@ class KBIndex:
         self._store_kind = store_kind
         self._state: _State | None = None
         self._persistent = True
+        self._write_problem = ""  # why the directory cannot be written, once known
         self._mutex = threading.RLock()  # one mutation at a time; lazy encoder creation
         self._store_lock = threading.Lock()  # faiss: no search while an HNSW graph grows in place
         self.stats: IndexStats | None = None
@@ -430,17 +433,18 @@ class KBIndex:
         return vec[0]
 
     def _dense_doc_scores(self, state: _State, qv: np.ndarray, k: int) -> np.ndarray:
-        """Cosine of every document: exact for a flat store; for HNSW only the candidate window is
-        filled (others -inf), widened until it covers k cases."""
+        """Cosine per document for the store's top candidates (others -inf), the window widened until it
+        covers k cases. Small indexes (the real KB) are scored completely."""
         n_docs = len(state.docs)
-        if state.store.kind == "flat":
-            return state.store.all_scores(qv)
-        docs_per_case = max(1, n_docs // max(1, len(state.case_ids)))
-        window = min(n_docs, max(64, 4 * k * docs_per_case))
+        if n_docs <= EXACT_WINDOW:
+            window = n_docs
+        else:
+            docs_per_case = max(1, n_docs // max(1, len(state.case_ids)))
+            window = min(n_docs, max(64, 4 * k * docs_per_case))
         while True:
             with self._store_lock:
                 scores, rows = state.store.search(qv, window)
-            keep = rows < n_docs  # rows appended for a newer state are not ours
+            keep = rows < n_docs  # rows appended in place for a newer state are not ours
             scores, rows = scores[keep], rows[keep]
             doc_scores = np.full(n_docs, -np.inf, dtype=np.float32)
             doc_scores[rows] = scores
@@ -663,18 +667,19 @@ class KBIndex:
     # ---------------------------------------------------------------------------- disk
 
     def _acquire_lock(self) -> FileLock | None:
-        """The directory lock, or None when the directory cannot be written (then: memory only)."""
+        """The directory lock, or None when the directory cannot be written: then a valid stored index
+        is still read, and the first write that is needed turns the index memory-only (one warning)."""
         try:
             self.index_dir.mkdir(parents=True, exist_ok=True)
+            if not os.access(self.index_dir, os.W_OK):
+                raise PermissionError(13, "read-only directory")
             lock = FileLock(str(self.index_dir / LOCK_NAME), timeout=LOCK_TIMEOUT_S)
             lock.acquire()
             return lock
         except LockTimeout:
-            self._go_memory_only(
-                f"another process has held {self.index_dir / LOCK_NAME} for {LOCK_TIMEOUT_S:.0f} s"
-            )
+            self._write_problem = f"another process has held {self.index_dir / LOCK_NAME} for {LOCK_TIMEOUT_S:.0f} s"
         except OSError as exc:
-            self._go_memory_only(f"cannot write to {self.index_dir} ({exc.strerror or exc})")
+            self._write_problem = f"cannot write to {self.index_dir} ({exc.strerror or exc})"
         return None
 
     def _file_lock_for_write(self) -> _LockContext:
@@ -753,6 +758,9 @@ class KBIndex:
         """Write data files under a new generation name, then the manifest (the commit point), then
         delete older generations. Caller holds the directory lock. On failure: memory only."""
         if not self._persistent:
+            return state
+        if self._write_problem:
+            self._go_memory_only(self._write_problem)
             return state
         generation = f"{time.time_ns():x}{os.getpid():x}"
         vectors_file, bm25_dir = f"vectors-{generation}.faiss", f"bm25-{generation}"

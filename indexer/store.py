@@ -7,6 +7,7 @@ point (bench/bench_index.py, docs/indexer.md).
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Literal
 
@@ -18,11 +19,18 @@ from indexer.atomic import atomic_write_bytes
 StoreKind = Literal["flat", "hnsw"]
 KINDS: tuple[str, ...] = ("flat", "hnsw")
 
-# Above this many vectors exact search gets slower than the 5 ms budget on 2 cores (bench_index.py).
+# Measured on 2 cores (bench/bench_index.py, docs/indexer.md): exact search costs ~0.05 ms per 1k vectors
+# (≈ 2.5 ms at 50k), HNSW ~0.2-0.6 ms at any size here but takes seconds to build and cannot delete rows.
+# Flat below this many vectors, HNSW from here on.
 HNSW_MIN_VECTORS = 50_000
-HNSW_M = 32  # graph degree: 32 keeps recall@10 ≥ 0.99 on 384-d MiniLM-like vectors at efSearch 64
+HNSW_M = 32  # graph degree; recall@10 ≥ 0.99 on MiniLM-like vectors at efSearch ≥ 64 (bench)
 HNSW_EF_CONSTRUCTION = 80
 HNSW_EF_SEARCH = 96
+
+# One query at a time is latency-bound: OpenMP threads only add spin contention on a busy 2-core host
+# (flat search over 30k vectors: 1.4 ms with 1 thread, 15 ms with 2). Concurrency comes from requests.
+# Building an HNSW graph is throughput-bound and uses every core (see build()).
+faiss.omp_set_num_threads(1)
 
 
 class StoreError(Exception):
@@ -63,7 +71,14 @@ class VectorStore:
     def build(cls, vectors: np.ndarray, kind: StoreKind = "flat", dim: int | None = None) -> VectorStore:
         matrix = _as_matrix(vectors, dim)
         store = cls.empty(dim if dim is not None else matrix.shape[1], kind)
-        store.add(matrix)
+        if kind == "hnsw" and len(matrix) > 1000:
+            faiss.omp_set_num_threads(os.cpu_count() or 1)
+            try:
+                store.add(matrix)
+            finally:
+                faiss.omp_set_num_threads(1)
+        else:
+            store.add(matrix)
         return store
 
     @property
@@ -90,17 +105,6 @@ class VectorStore:
         scores, ids = self._index.search(_as_matrix(query, self.dim), k)
         keep = ids[0] >= 0  # HNSW may return fewer than k (-1 padding)
         return scores[0][keep], ids[0][keep]
-
-    def all_scores(self, query: np.ndarray) -> np.ndarray:
-        """Exact inner product of one query with every stored vector (flat stores only): one
-        matrix-vector product over faiss's own buffer, no copy and no sort."""
-        if self.kind != "flat":
-            raise TypeError("all_scores() needs a flat store")
-        n = len(self)
-        if n == 0:
-            return np.zeros(0, dtype=np.float32)
-        matrix = faiss.rev_swig_ptr(self._index.get_xb(), n * self.dim).reshape(n, self.dim)
-        return matrix @ _as_matrix(query, self.dim)[0]
 
     def reconstruct(self, ids: np.ndarray | list[int]) -> np.ndarray:
         """The stored vectors of these rows."""

@@ -1,6 +1,6 @@
 """Print the README settings table from bot/settings.py (one source of truth).
 
-    .venv/bin/python scripts/settings_table.py
+    .venv/bin/python scripts/settings_table.py [--write]
 """
 
 from __future__ import annotations
@@ -25,10 +25,23 @@ def rows() -> list[tuple[str, str, str]]:
     return out
 
 
+def table() -> str:
+    lines = ["| variable | default | meaning |", "|---|---|---|"]
+    lines += [f"| `{env}` | {default} | {desc} |" for env, default, desc in rows()]
+    return "\n".join(lines)
+
+
 def main() -> None:
-    print("| variable | default | meaning |\n|---|---|---|")
-    for env, default, desc in rows():
-        print(f"| `{env}` | {default} | {desc} |")
+    """Print the table, or with --write replace it in README.md between the settings markers."""
+    if "--write" in sys.argv:
+        readme = Path(__file__).resolve().parent.parent / "README.md"
+        text = readme.read_text(encoding="utf-8")
+        start, end = "<!-- settings:start -->", "<!-- settings:end -->"
+        head, rest = text.split(start, 1)
+        _, tail = rest.split(end, 1)
+        readme.write_text(f"{head}{start}\n{table()}\n{end}{tail}", encoding="utf-8")
+    else:
+        print(table())
 
 
 if __name__ == "__main__":

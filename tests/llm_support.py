@@ -7,6 +7,7 @@ real server cannot be made to answer 500, hang, stall half-way or emit invalid J
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 import time
@@ -310,8 +311,14 @@ def make_diagnosis(
     return Diagnosis(verdict, matches, distilled)  # type: ignore[arg-type]
 
 
-def kb_cases(*case_ids: str) -> list[Any]:
+@functools.lru_cache(maxsize=1)
+def _kb_by_id() -> dict[str, Any]:
     from kb.loader import load_kb
 
-    by_id = load_kb(strict=False).by_id()
+    return load_kb(strict=False).by_id()
+
+
+def kb_cases(*case_ids: str) -> list[Any]:
+    """The real KB cases with these ids (the bundled kb/cases)."""
+    by_id = _kb_by_id()
     return [by_id[c] for c in case_ids]

@@ -195,6 +195,22 @@ def test_unwritable_index_dir_keeps_index_in_memory_and_warns_once(pristine, tmp
     assert not index.persistent and not blocker.is_dir()
 
 
+def test_valid_index_that_cannot_be_locked_is_used_read_only(damaged, caplog):
+    """E.g. an index baked into a read-only image: read it as is; warn only when a write is needed."""
+    kb, index_dir = damaged
+    (index_dir / ".lock").unlink(missing_ok=True)
+    (index_dir / ".lock").mkdir()  # the lock file cannot be opened
+    before = (index_dir / MANIFEST_NAME).read_text()
+    index, counter, warnings = _reopen(kb, index_dir, caplog)
+    assert index.stats.action == "loaded" and warnings == [] and counter.calls == [1]
+    caplog.clear()
+    case = kb.cases[0]
+    assert index.upsert_case(case.model_copy(update={"cause": case.cause + " Changed."})).encoded == 1
+    assert not index.persistent
+    assert [w for w in index_warnings(caplog.records) if "in memory only" in w]
+    assert (index_dir / MANIFEST_NAME).read_text() == before
+
+
 def test_failed_write_falls_back_to_memory(pristine, tmp_path, caplog):
     kb, _ = pristine
     index_dir = tmp_path / "index"

@@ -2,7 +2,7 @@
 
 Text is redacted before it is stored (bot/redact.py) and kept short (the distilled evidence, not the
 paste). The same failure pasted again folds into one row (`seen` counts it): the fingerprint is the
-sha256 of the masked root error lines, so timestamps, PIDs and paths do not make a log look new. When a
+sha256 of the generalised root error lines (as for suggested signatures), so timestamps, PIDs and paths do not make a log look new. When a
 case is added whose signatures match a candidate, the candidate is marked resolved by that case.
 """
 
@@ -15,6 +15,7 @@ from typing import Literal
 
 from bot.distill import distill
 from bot.kbstore.db import Database
+from bot.kbstore.suggest import generalise
 from bot.match import SignatureScanner
 from bot.redact import redact
 from indexer.text import clean_line, mask
@@ -47,7 +48,7 @@ def _fingerprint(text: str) -> tuple[str, str]:
     roots = [r.text for r in distilled.root_errors] or [e.text for e in distilled.evidence[-5:]]
     if not roots:
         roots = [clean_line(line).strip() for line in text.splitlines() if line.strip()][-5:]
-    key = "\n".join(mask(r) for r in roots)
+    key = "\n".join(generalise(r) or mask(r) for r in roots)  # paths, numbers, quoted names do not count
     summary = roots[0] if roots else ""
     return hashlib.sha256(key.encode("utf-8", "replace")).hexdigest(), summary
 

@@ -57,7 +57,7 @@ def commit_file(path: Path, message: str, author: str | None = None) -> CommitRe
         added = _git(repo, "add", "--", rel)
         if added.returncode != 0:
             return CommitResult(False, f"git add failed: {added.stderr.strip()[:300]}")
-        argv = [*identity, "commit", "--no-verify", "-m", message]
+        argv = [*identity, "commit", "-m", message]
         if author:
             argv.append(f"--author={author}")
         committed = _git(repo, *argv, "--", rel)

@@ -156,7 +156,9 @@ def suggest_signatures(
     others = list(others)
     good: list[SignatureSuggestion] = []
     seen: set[str] = set()
-    for root in roots:
+    for root in _best_roots_first(roots):
+        if "Traceback (most recent call last)" in root:
+            continue
         pattern = generalise(root)
         if pattern is None or pattern in seen:
             continue
@@ -170,17 +172,28 @@ def suggest_signatures(
             o.id for o in others if any(signature_fires(probe, _cleaned(ex.log)) for ex in o.examples)
         )
         good.append(SignatureSuggestion(pattern, root, overlaps))
-    good.sort(key=lambda s: (bool(s.overlaps), -len(s.pattern)))
+    good.sort(key=lambda s: (bool(s.overlaps), not _EXC_PREFIX.match(s.line)))  # stable: root order kept
+    if any(_EXC_PREFIX.match(s.line) and not s.overlaps for s in good):
+        # a wrapper line ("EngineCore hit an exception") would fire on every crash: only as a last resort
+        good = [s for s in good if _EXC_PREFIX.match(s.line)]
     return good[:limit]
+
+
+def _best_roots_first(roots: Sequence[str]) -> list[str]:
+    """Exception lines ("ValueError: …") carry the cause; wrapper lines ("EngineCore hit an exception") don't."""
+    return sorted(roots, key=lambda r: not _EXC_PREFIX.match(r))
 
 
 def suggest_title(distilled: Distilled) -> str:
     """The first root error's message, without the exception class, cut at its first sentence."""
-    roots = distilled.root_errors or distilled.evidence
+    roots = _best_roots_first([r.text for r in (distilled.root_errors or distilled.evidence)])
+    roots = [r for r in roots if "Traceback (most recent call last)" not in r] or roots
     if not roots:
         return ""
-    text = redact(roots[0].text).strip()
+    text = redact(roots[0]).strip()
     message = _EXC_PREFIX.sub("", text) or text
+    message = re.sub(r"^\[Errno \d+\]\s*", "", message)
+    message = re.split(r":\s*(?=['\"/\[(<]|\.{1,2}/|https?://)", message, maxsplit=1)[0]  # drop ": '/the/variable/part'"
     message = re.split(r"(?<=[a-z0-9\)])\.\s", message, maxsplit=1)[0].rstrip(". ")
     if len(message) > 110:
         cut = message.rfind(" ", 0, 110)
@@ -202,9 +215,9 @@ def suggest_area(distilled: Distilled, nearest: Sequence[Match] = ()) -> str:
     text = " ".join(line.text for line in (distilled.root_errors or distilled.evidence)).lower()
     for area, words in _AREA_WORDS.items():
         votes[area] += sum(1.0 for w in words if w in text)
-    for match in nearest[:3]:
+    for rank, match in enumerate(nearest[:3]):
         if match.area in AREAS:
-            votes[match.area] += 2.0 * match.score
+            votes[match.area] += (2.0 if rank == 0 else 1.0) * match.score
     if not votes or max(votes.values()) <= 0:
         return "serving"
     best = max(votes.values())

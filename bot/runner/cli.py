@@ -117,7 +117,7 @@ def _print_text(report) -> None:
 
     from bot.runner.report import VERDICT_ICON
 
-    console = Console(highlight=False)
+    console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
     for host in report.hosts:
         if host.error:
             console.print(f"[bold]{escape(host.host)}[/bold]  {VERDICT_ICON['error']} {escape(host.error)}")

@@ -37,6 +37,7 @@ class CommandSpec:
     stdin: str | None
     timeout_s: float
     binaries: tuple[str, ...]
+    script: str | None = None  # file name under kb/checks/scripts, fed on stdin
 
     def wrapped(self) -> list[str]:
         """The argv run on the host: GNU timeout kills the command's whole process group at the deadline
@@ -44,7 +45,7 @@ class CommandSpec:
         return ["timeout", "-k", str(KILL_GRACE_S), f"{self.timeout_s:g}", *self.argv]
 
     def display(self) -> str:
-        return shlex.join(self.wrapped()) + (" < script" if self.stdin is not None else "")
+        return shlex.join(self.wrapped()) + (f" < {self.script}" if self.script else "")
 
 
 def command_for(check: Check, host: Host, catalogue: CheckCatalogue) -> CommandSpec:
@@ -68,7 +69,8 @@ def command_for(check: Check, host: Host, catalogue: CheckCatalogue) -> CommandS
             binaries.append(host.python)
         else:
             argv = ["sh", "-s", "--", *args]
-    return CommandSpec(tuple(argv), stdin, check.timeout_s, tuple(dict.fromkeys(binaries)))
+    script = check.script.file if check.script else None
+    return CommandSpec(tuple(argv), stdin, check.timeout_s, tuple(dict.fromkeys(binaries)), script)
 
 
 def _missing_host_fields(check: Check, host: Host) -> list[str]:

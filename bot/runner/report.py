@@ -133,10 +133,16 @@ class DiagnosisReport:
             if report.error:
                 parts.append(f"HOST ERROR: {report.error}")
                 continue
+            shown: dict[tuple[str | None, str, str], str] = {}  # checks sharing one command share its output
             for c in report.checks:
                 parts.append(f"\n--- {c.id} [{c.verdict}] {c.message}")
                 if c.command:
                     parts.append(f"$ {c.command}   (rc {c.rc}, {c.duration_s:.2f} s)")
+                key = (c.command, c.stdout, c.stderr)
+                if c.command and key in shown:
+                    parts.append(f"(same output as {shown[key]} above)")
+                    continue
+                shown[key] = c.id
                 if c.stdout.strip():
                     parts.append(c.stdout.rstrip())
                 if c.stderr.strip():

@@ -22,6 +22,7 @@ from typing import Any
 from slack_bolt import App, BoltResponse
 from slack_bolt.adapter.socket_mode import SocketModeHandler
 from slack_bolt.adapter.wsgi import SlackRequestHandler
+from slack_bolt.error import BoltError
 from slack_sdk import WebClient
 from slack_sdk.http_retry import default_retry_handlers
 from slack_sdk.http_retry.builtin_handlers import RateLimitErrorRetryHandler
@@ -32,6 +33,7 @@ from bot.errors import ConfigError
 from bot.settings import Settings
 from bot.slack import actions, commands, events, shortcuts, views
 from bot.slack.deps import SlackDeps
+from bot.slack.listeners import kb_growth
 
 log = logging.getLogger(__name__)
 
@@ -53,14 +55,18 @@ def build_web_client(settings: Settings) -> WebClient:
 
 def build_app(deps: SlackDeps, client: WebClient) -> App:
     """The bolt App; calls auth.test once (bolt validates the token eagerly)."""
-    app = App(
-        client=client,
-        signing_secret=deps.settings.slack_signing_secret or "",  # unused in Socket Mode
-        process_before_response=False,
-        name="vllm-doctor",
-    )
+    try:
+        app = App(
+            client=client,
+            signing_secret=deps.settings.slack_signing_secret or "",  # unused in Socket Mode
+            process_before_response=False,
+            name="vllm-doctor",
+        )
+    except (BoltError, OSError) as exc:  # auth.test failed: a wrong token, or Slack unreachable
+        raise ConfigError(f"Slack did not accept SLACK_BOT_TOKEN at {client.base_url} ({exc})") from exc
     app.middleware(_skip_retried_events(deps))
     app.error(_log_listener_error)
+    kb_growth.register(app, deps, deps.kb_growth)  # feedback, "Add as a KB case", review (bot.kbstore)
     for area in (events, commands, actions, shortcuts, views):
         area.register(app, deps)
     return app

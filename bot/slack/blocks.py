@@ -156,6 +156,7 @@ def answer(
     streaming_text: str | None = None,
     llm_pending: bool = False,
     asker: str | None = None,
+    outcome: str | None = None,
 ) -> Message:
     """The threaded answer. `case` is the kb Case of the best match (fix steps, cause); `explanation`
     the final Explanation (LLM or KB); `streaming_text` the LLM text so far while it is being written."""
@@ -217,7 +218,10 @@ def answer(
             blocks.append(_context([f"Also possible: {also}"], "others"))
 
     # 4. provenance
-    blocks.append(_context(_provenance(diagnosis, explanation, streaming_text, llm_pending), "source"))
+    provenance = _provenance(diagnosis, explanation, streaming_text, llm_pending)
+    if outcome and diagnosis.verdict != "unknown":
+        provenance.insert(1, f":busts_in_silhouette: Team feedback on this case: {escape_limited(outcome, 100)[0]}")
+    blocks.append(_context(provenance, "source"))
 
     # 5. buttons: every answer has them; each one answers when pressed (see listeners in actions/)
     blocks.append(answer_actions(answer_id))
@@ -410,3 +414,84 @@ def host_picker_view(*, private_metadata: str, hosts_hint: str = "") -> dict[str
             }
         ],
     }
+
+
+# --- host diagnostics ----------------------------------------------------------------------------------
+
+_VERDICT_EMOJI = {
+    "ok": ":white_check_mark:",
+    "warn": ":warning:",
+    "fail": ":x:",
+    "error": ":exclamation:",
+    "timeout": ":stopwatch:",
+    "skipped": ":heavy_minus_sign:",
+}
+_HOST_FIELDS_PER_SECTION = 10
+
+
+def host_progress(target: str, hosts: Sequence[str], latest: str | None) -> Message:
+    shown = ", ".join(hosts[:8]) + (f" and {len(hosts) - 8} more" if len(hosts) > 8 else "")
+    text = f":hourglass_flowing_sand: Running read-only checks on *{escape_limited(target, 100)[0]}*"
+    if len(hosts) > 1:
+        text += f" ({len(hosts)} hosts: {escape_limited(shown, 600)[0]})"
+    blocks_: list[dict[str, Any]] = [_section(text, "host_progress")]
+    if latest:
+        blocks_.append(_context([escape_limited(latest, 300)[0]], "host_latest"))
+    return Message(text=f"Running checks on {escape_limited(target, 100)[0]}…", blocks=blocks_)
+
+
+def host_report(report: Any, *, kb_titles: dict[str, str], asker: str | None = None) -> Message:
+    """One host: its findings. Several hosts: a host × area grid, then the worst findings."""
+    verdict = report.verdict
+    hosts = report.hosts
+    findings = report.findings()
+    head = f"{_VERDICT_EMOJI.get(verdict, '')} *{escape_limited(report.target, 100)[0]}*: "
+    problems = len(findings) + sum(1 for h in hosts if h.error)
+    head += "no problems found" if problems == 0 else f"{problems} problem{'s' if problems != 1 else ''} found"
+    checks = sum(len(h.checks) for h in hosts)
+    head += f" ({len(hosts)} host{'s' if len(hosts) != 1 else ''}, {checks} checks, {report.duration_s:.1f} s)"
+    if asker:
+        head = f"{user_mention(asker)} {head}"
+    out: list[dict[str, Any]] = [_section(head, "host_verdict")]
+    cut = False
+
+    if len(hosts) > 1:
+        fields = []
+        for host in hosts:
+            name = escape_limited(host.host, 80)[0]
+            if host.error:
+                body = f"{_VERDICT_EMOJI['error']} *{name}*\n{escape_limited(host.error, 300)[0]}"
+            else:
+                areas = " · ".join(f"{escape(a)} {_VERDICT_EMOJI.get(v, v)}" for a, v in sorted(host.by_area().items()))
+                body = f"{_VERDICT_EMOJI.get(host.verdict, '')} *{name}*\n{areas or 'no checks ran'}"
+            fields.append({"type": "mrkdwn", "text": plain_limited(body, 2000)})
+        max_sections = 30  # leaves room for the findings and buttons within 50 blocks
+        for i in range(0, len(fields), _HOST_FIELDS_PER_SECTION):
+            if i // _HOST_FIELDS_PER_SECTION >= max_sections:
+                cut = True
+                out.append(_context([f"{len(fields) - i} more hosts in the file below"]))
+                break
+            out.append({"type": "section", "fields": fields[i : i + _HOST_FIELDS_PER_SECTION]})
+    else:
+        for host in hosts:
+            if host.error:
+                out.append(_section(f"{_VERDICT_EMOJI['error']} Could not check the host: "
+                                    f"{escape_limited(host.error, 2500)[0]}", "host_error"))
+
+    if findings:
+        lines = []
+        for host_name, result in findings:
+            where = f"{escape_limited(host_name, 60)[0]} " if len(hosts) > 1 else ""
+            line = (f"{_VERDICT_EMOJI.get(result.verdict, '')} {where}{inline_code(result.id, 80)} "
+                    f"{escape_limited(result.message, 300)[0]}")
+            lines.append(line)
+        body, was_cut = _bounded_join(["*Findings*", *lines], SECTION_TEXT_MAX, "_More in the file below._")
+        cut |= was_cut
+        out.append(_section(body, "findings"))
+    if kb_titles:
+        items = [f"• {escape_limited(title, 200)[0]} ({inline_code(case_id, 100)})" for case_id, title in kb_titles.items()]
+        body, _ = _bounded_join(["*Known cases these findings point to*", *items], SECTION_TEXT_MAX, "…")
+        out.append(_section(body, "cases"))
+    out.append(_context(["Raw command outputs are in the file in this thread."], "raw_note"))
+    fallback = f"{report.target}: {'no problems found' if problems == 0 else f'{problems} problems found'}"
+    return Message(text=plain_limited(escape(fallback), FALLBACK_TEXT_MAX), blocks=out[:MESSAGE_BLOCKS_MAX], cut=cut)

@@ -111,8 +111,10 @@ def diagnose_and_answer(deps: SlackDeps, client: Any, request: LogRequest) -> st
     explain = deps.llm_enabled and diagnosis.verdict != "unknown"
     asker = where.user if request.mention_asker else None
 
+    outcome = _outcome(deps, best.case_id) if best else None
+
     def build(**kw: Any) -> Message:
-        return blocks.answer(diagnosis, answer_id=answer_id, case=case, asker=asker, **kw)
+        return blocks.answer(diagnosis, answer_id=answer_id, case=case, asker=asker, outcome=outcome, **kw)
 
     first = build(llm_pending=explain)
     post.final(first, progressive=explain)
@@ -129,6 +131,12 @@ def diagnose_and_answer(deps: SlackDeps, client: Any, request: LogRequest) -> st
             evidence=blocks.evidence_text(diagnosis),
         )
     )
+    if deps.kb_growth is not None:
+        try:  # logs the KB could not explain become candidates for new cases
+            deps.kb_growth.note_answer(answer_id=answer_id, verdict=diagnosis.verdict,
+                                       evidence=blocks.evidence_text(diagnosis), channel=where.channel, user_id=where.user)
+        except Exception:  # noqa: BLE001 - bookkeeping must not cost the user the answer
+            log.exception("could not note answer %s in the KB store", answer_id)
     if first.cut:
         post.file(f"distilled-{answer_id}.log", _distilled_file(diagnosis), "Full distilled log")
 
@@ -156,6 +164,16 @@ def _stream_explanation(deps: SlackDeps, diagnosis: Diagnosis, build: Callable[.
             p for p in (getattr(explanation, "summary", ""), getattr(explanation, "why", "")) if p
         )
         post.file("explanation.md", body, "Full explanation")
+
+
+def _outcome(deps: SlackDeps, case_id: str) -> str | None:
+    if deps.kb_growth is None:
+        return None
+    try:
+        return deps.kb_growth.outcome_text(case_id)
+    except Exception:  # noqa: BLE001 - the answer goes out without the feedback line
+        log.exception("could not read feedback for %s", case_id)
+        return None
 
 
 def _case_or_none(deps: SlackDeps, case_id: str) -> Any:

@@ -39,6 +39,7 @@ class SlackDeps:
     seen_events: SeenEvents = field(default_factory=SeenEvents)
     recent: RecentAnswers = field(default_factory=RecentAnswers)
     hosts: Any | None = None  # bot.slack.hosts.HostDiagnostics when bot.runner is installed and configured
+    kb_growth: Any | None = None  # bot.kbstore.KBGrowth: feedback votes, candidates for new cases
     bot_user_id: str | None = None  # filled from auth.test when the App starts
 
     @property

@@ -1,25 +1,192 @@
-"""Host diagnostics from Slack: the bridge between chat and bot.runner (installed by another issue).
+"""Host diagnostics from Slack: the bridge between chat and bot.runner.
 
-Until bot.runner exposes run_diagnosis / resolve_target / authorize, every entry point (slash command,
-mention, button, modal) answers NOT_CONFIGURED instead of failing.
+    /vllm-diagnose gpu-01 [check … | tier N]     @bot diagnose gpu-01 (in a thread)
+    "Run diagnostics on a host" button → host picker modal
+
+The typed target is only ever looked up in the inventory (bot.runner validates and authorizes it; chat
+text never becomes a command). Progress edits the placeholder about once a second; the result is a
+summary (one host: its findings; a group: a host × area grid) with the raw outputs as a file in the
+thread. Without an inventory (VLLM_DOCTOR_INVENTORY) every entry point answers NOT_CONFIGURED.
 """
 
 from __future__ import annotations
 
+import logging
+import secrets
+import threading
 from typing import Any
 
+from slack_sdk.errors import SlackApiError
+
+from bot.errors import DoctorError, UserInputError
 from bot.slack import blocks
 from bot.slack.conversation import Where, tell_user
 
+log = logging.getLogger(__name__)
+
 NOT_CONFIGURED = (
     "Host diagnostics are not configured on this bot yet. Once an admin sets up the host inventory and SSH "
-    "access, this runs the read-only check catalogue on the host and posts the results here."
+    "access (VLLM_DOCTOR_INVENTORY, see docs/slack.md), this runs the read-only check catalogue on the host "
+    "and posts the results here."
 )
+MAX_TIER = 2
 
 
-def load_host_diagnostics(settings: Any) -> Any | None:
-    """The runner bridge when bot.runner is importable and configured, else None."""
-    return None
+def load_host_diagnostics(settings: Any) -> HostDiagnostics | None:
+    """The runner bridge when bot.runner is installed and an inventory is configured, else None."""
+    if getattr(settings, "runner_inventory", None) is None:
+        return None
+    try:
+        import bot.runner  # noqa: F401 - presence check; the module is imported again where it is used
+    except ImportError:
+        return None
+    return HostDiagnostics(settings)
+
+
+def parse_args(words: list[str]) -> tuple[list[str] | None, int]:
+    """`[check …]` or `tier N` → (check ids or areas, max tier). Raises UserInputError."""
+    if len(words) >= 2 and words[0].lower() == "tier":
+        if len(words) > 2 or words[1] not in {str(t) for t in range(MAX_TIER + 1)}:
+            raise UserInputError(f"`tier` takes one number from 0 to {MAX_TIER}, e.g. `/vllm-diagnose gpu-01 tier 1`")
+        return None, int(words[1])
+    if words and words[0].lower() == "tier":
+        raise UserInputError(f"`tier` takes one number from 0 to {MAX_TIER}, e.g. `/vllm-diagnose gpu-01 tier 1`")
+    return (words or None), 0
+
+
+class HostDiagnostics:
+    def __init__(self, settings: Any) -> None:
+        self.settings = settings
+
+    def picker_hint(self) -> str:
+        from bot.runner.access import inventory_from_settings
+
+        try:
+            names = inventory_from_settings(self.settings).names()
+        except DoctorError:
+            return ""
+        shown = ", ".join(names[:12]) + (" …" if len(names) > 12 else "")
+        return f"Known hosts and groups: {shown}" if shown else ""
+
+    def check_target(self, target: str) -> str | None:
+        """A one-line problem with the target (shown on the modal field), or None."""
+        from bot.runner import resolve_target
+
+        try:
+            resolve_target(target, self.settings)
+        except DoctorError as exc:
+            return str(exc)[:150]
+        return None
+
+    def start(self, deps: Any, client: Any, where: Where, target: str, args: list[str]) -> None:
+        """Validate and authorize now (fast, file reads only), run on a worker."""
+        from bot.runner import authorize
+
+        try:
+            checks, tier = parse_args(args)
+            hosts = authorize(where.user or "", where.channel, None, target, self.settings, max_tier=tier)
+        except DoctorError as exc:
+            tell_user(client, where, blocks.input_error(str(exc)))
+            return
+        deps.workers.submit(self._run, deps, client, where, target, hosts, checks, tier)
+
+    def _run(self, deps: Any, client: Any, where: Where, target: str, hosts: list[Any], checks: list[str] | None,
+             tier: int) -> None:
+        from bot.runner import run_diagnosis
+
+        names = [h.name for h in hosts]
+        start = blocks.host_progress(target, names, None)
+        kwargs: dict[str, Any] = {"channel": where.channel, **start.as_kwargs()}
+        if where.thread_ts:
+            kwargs["thread_ts"] = where.thread_ts
+        try:
+            posted = client.chat_postMessage(**kwargs)
+        except SlackApiError as exc:
+            if where.respond is None:
+                raise
+            log.info("cannot post host results in %s (%s); using response_url", where.channel, exc.response.get("error"))
+            posted = None
+        ts = posted["ts"] if posted else None
+        channel = posted.get("channel", where.channel) if posted else where.channel
+        thread_ts = where.thread_ts or ts
+        ticker = _ProgressTicker(client, channel, ts, target, names, deps.settings.slack_update_interval_s)
+        if ts:
+            ticker.start()
+        try:
+            report = run_diagnosis(
+                target, settings=self.settings, checks=checks, max_tier=tier, hosts=hosts,
+                progress=ticker.note, user_id=where.user, channel_id=where.channel, source="slack",
+            )
+        except DoctorError as exc:
+            ticker.stop()
+            message = blocks.input_error(str(exc))
+            self._finish(client, where, channel, ts, message)
+            return
+        except Exception:
+            ticker.stop()
+            ref = secrets.token_hex(4)
+            log.exception("host diagnosis of %s failed (ref %s)", target, ref)
+            self._finish(client, where, channel, ts, blocks.internal_error(ref))
+            return
+        ticker.stop()
+        titles = {}
+        for case_id in report.case_ids():
+            try:
+                titles[case_id] = deps.engine.case(case_id).title
+            except Exception:  # noqa: BLE001 - a finding may name a case that was since removed
+                titles[case_id] = case_id
+        message = blocks.host_report(report, kb_titles=titles, asker=where.user if not where.thread_ts else None)
+        self._finish(client, where, channel, ts, message)
+        if thread_ts and ts:
+            try:
+                client.files_upload_v2(channel=channel, thread_ts=thread_ts, filename=f"diagnose-{target}.txt",
+                                       title=f"Raw check outputs: {target}", content=report.raw_text())
+            except SlackApiError as exc:
+                log.warning("raw output upload failed: %s", exc.response.get("error"))
+
+    @staticmethod
+    def _finish(client: Any, where: Where, channel: str, ts: str | None, message: blocks.Message) -> None:
+        if ts:
+            client.chat_update(channel=channel, ts=ts, **message.as_kwargs())
+        elif where.respond is not None:
+            where.respond(text=message.text, blocks=message.blocks, response_type="ephemeral")
+
+
+class _ProgressTicker:
+    """The runner reports progress from its event loop; Slack is edited from this thread instead, at most
+    once per interval, so a slow chat.update never stalls the SSH sessions."""
+
+    def __init__(self, client: Any, channel: str, ts: str | None, target: str, hosts: list[str], interval_s: float):
+        self._client, self._channel, self._ts = client, channel, ts
+        self._target, self._hosts = target, hosts
+        self._interval = max(0.2, interval_s)
+        self._latest: str | None = None
+        self._shown: str | None = None
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="host-progress", daemon=True)
+
+    def note(self, line: str) -> None:
+        self._latest = line
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._done.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+
+    def _loop(self) -> None:
+        while not self._done.wait(self._interval):
+            latest = self._latest
+            if latest is None or latest == self._shown:
+                continue
+            self._shown = latest
+            try:
+                message = blocks.host_progress(self._target, self._hosts, latest)
+                self._client.chat_update(channel=self._channel, ts=self._ts, **message.as_kwargs())
+            except Exception as exc:  # noqa: BLE001 - progress is best effort
+                log.warning("progress update failed: %s", exc)
 
 
 def start_host_diagnosis(deps: Any, client: Any, where: Where, target: str, args: list[str]) -> None:

@@ -27,11 +27,13 @@ class SlackBot:
         host: str | None = None,
         port: int | None = None,
         hosts: Any | None = None,
+        kb_growth: Any | None = None,
     ) -> None:
         if http and not settings.slack_signing_secret:
             raise ConfigError("HTTP mode needs SLACK_SIGNING_SECRET (Basic Information → App Credentials)")
-        if not http and not settings.slack_app_token:
-            raise ConfigError("Socket Mode needs SLACK_APP_TOKEN (an xapp-… token with connections:write); or use --http")
+        if not http and not (settings.slack_app_token or "").startswith("xapp-"):
+            raise ConfigError("Socket Mode needs SLACK_APP_TOKEN, an app-level xapp-… token with connections:write "
+                              "(Basic Information → App-Level Tokens); or use --http")
         self.settings = settings
         self.http = http
         self.client = build_web_client(settings)
@@ -41,6 +43,7 @@ class SlackBot:
             bot_token=settings.slack_bot_token or "",
             workers=Workers(settings.slack_workers),
             hosts=hosts if hosts is not None else load_host_diagnostics(settings),
+            kb_growth=kb_growth,  # None: the KB-growth listeners build it from settings (build_app)
         )
         self.app = build_app(self.deps, self.client)
         self._socket: SocketModeConnection | None = None

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from fake_slack import FakeSlack
-from slack_support import SlackSender, bot_settings
+from slack_support import SlackSender, bot_settings, kb_store
 
 
 @pytest.fixture
@@ -20,14 +20,17 @@ def fake_slack() -> Iterator[FakeSlack]:
 
 
 @pytest.fixture
-def make_http_bot(fake_slack: FakeSlack, doctor: Any, settings: Any) -> Iterator[Any]:
+def make_http_bot(fake_slack: FakeSlack, doctor: Any, settings: Any, tmp_path: Any) -> Iterator[Any]:
     """Start the bot in HTTP mode against the fake; returns (bot, sender). Stopped after the test."""
     from bot.slack.service import SlackBot
 
     started: list[Any] = []
 
     def make(engine: Any = None, **overrides: Any) -> tuple[Any, SlackSender]:
-        bot = SlackBot(bot_settings(fake_slack, settings, **overrides), engine or doctor, http=True).start()
+        overrides.setdefault("kb_db_path", tmp_path / "kb-growth.sqlite3")
+        bot_cfg = bot_settings(fake_slack, settings, **overrides)
+        engine = engine or doctor
+        bot = SlackBot(bot_cfg, engine, http=True, kb_growth=kb_store(bot_cfg, engine)).start()
         started.append(bot)
         return bot, SlackSender(bot.url + "/slack/events")
 

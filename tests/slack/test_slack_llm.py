@@ -66,8 +66,8 @@ def test_llm_text_is_streamed_into_the_answer_and_never_pings(make_http_bot: Any
     updates = answer_updates(fake_slack, ts, lambda u: "Explained by the team" in source_text(u))
 
     first, final = updates[0], updates[-1]
-    assert "Writing a tailored explanation" in json.dumps(first.params["blocks"])  # KB answer shown at once
-    streaming = [u for u in updates if "(writing…)" in json.dumps(u.params["blocks"])]
+    assert "Writing a tailored explanation" in json.dumps(first.params["blocks"], ensure_ascii=False)  # KB answer shown at once
+    streaming = [u for u in updates if "(writing…)" in json.dumps(u.params["blocks"], ensure_ascii=False)]
     assert streaming, "the LLM text was not shown while it was being written"
     assert len(updates) < 20  # throttled: not one edit per token
     why = next(b for b in final.params["blocks"] if b.get("block_id") == "why")["text"]["text"]

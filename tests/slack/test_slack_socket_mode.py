@@ -13,16 +13,17 @@ from typing import Any
 import pytest
 from fake_socket_mode import FakeSocketMode
 from slack_logs import KV_CACHE_CASE, KV_CACHE_LOG
-from slack_support import bot_settings
+from slack_support import bot_settings, kb_store
 
 
 @pytest.fixture
-def socket_bot(fake_slack: Any, doctor: Any, settings: Any) -> Iterator[tuple[Any, FakeSocketMode]]:
+def socket_bot(fake_slack: Any, doctor: Any, settings: Any, tmp_path: Any) -> Iterator[tuple[Any, FakeSocketMode]]:
     from bot.slack.service import SlackBot
 
     server = FakeSocketMode().start()
     fake_slack.socket_mode_url = server.url
-    bot = SlackBot(bot_settings(fake_slack, settings), doctor, http=False).start()
+    bot_cfg = bot_settings(fake_slack, settings, kb_db_path=tmp_path / "kb.sqlite3")
+    bot = SlackBot(bot_cfg, doctor, http=False, kb_growth=kb_store(bot_cfg, doctor)).start()
     server.wait_connected()
     yield bot, server
     bot.stop(drain_s=30)

@@ -200,14 +200,14 @@ def nvidia_smi_topo(out: Output) -> Facts:
     header = next((ln for ln in lines if re.match(r"^\s+GPU0\b", ln)), None)
     if header is None:
         raise ParseError("no GPU matrix header in nvidia-smi topo -m output")
-    gpu_cols = [c for c in header.split() if re.fullmatch(r"GPU\d+", c)]
+    gpu_cols = [int(c[3:]) for c in header.split() if re.fullmatch(r"GPU\d+", c)]
     nvlink = pcie = cross = 0
     kinds: set[str] = set()
     for line in lines:
         cells = line.split()
-        if not cells or not re.fullmatch(r"GPU\d+", cells[0]):
+        if line is header or not cells or not re.fullmatch(r"GPU\d+", cells[0]):
             continue
-        row = cells[0]
+        row = int(cells[0][3:])
         for col, link in zip(gpu_cols, cells[1 : 1 + len(gpu_cols)], strict=False):
             if col <= row or link == "X":
                 continue  # each pair once

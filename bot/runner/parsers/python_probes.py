@@ -135,7 +135,8 @@ def _requirement_problems(requires: list[str], versions: dict[str, Any], env: di
 
 @parser(
     "vllm_dist",
-    ["installed", "version", "location", "conflicts", "missing", "torch_required", "torch_installed", "python"],
+    ["installed", "version", "location", "requires_count", "conflicts", "missing", "torch_required",
+     "torch_installed", "python"],
 )
 def vllm_dist(out: Output) -> Facts:
     data = load_json(out)
@@ -148,6 +149,7 @@ def vllm_dist(out: Output) -> Facts:
         "installed": True,
         "version": data.get("version"),
         "location": data.get("location"),
+        "requires_count": len(data.get("requires") or []),
         "conflicts": conflicts,
         "missing": missing,
         "torch_required": torch_required,

@@ -34,7 +34,7 @@ except metadata.PackageNotFoundError:
     sys.exit(0)
 requires = list(dist.requires or [])
 versions = {}
-for req in requires:
+for req in requires + ["torch"]:  # torch is always reported, even when the metadata does not pin it
     m = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", req)
     if not m or m.group(1) in versions:
         continue

@@ -1,0 +1,412 @@
+"""Block Kit for growing the KB from Slack: the case form, the duplicate choice, review requests and
+decisions, the feedback thanks, the App Home section. Pure functions (no I/O); every untrusted string
+(log lines, titles, causes, regexes typed by people) is escaped and bounded here via bot.slack.mrkdwn.
+
+Slack limits respected: modal title/submit/close ≤ 24 chars, plain_text_input ≤ 3,000 chars (initial
+values are cut to fit), option text ≤ 75, option value ≤ 150, section text ≤ 3,000, 100 blocks a view.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from bot.kbstore.dedup import Similar
+from bot.kbstore.form import SEVERITIES, CaseForm
+from bot.slack.blocks import Message
+from bot.slack.mrkdwn import code_block, escape, escape_limited, inline_code, plain_limited, user_mention
+from kb.schema import AREAS
+
+SHORTCUT_ADD_TO_KB = "add_to_kb"  # message shortcut "Add to vLLM KB" (slack-manifest.yaml)
+VIEW_CASE_FORM = "kb_case_form"
+VIEW_DUPLICATE = "kb_case_duplicate"
+ACTION_REVIEW_APPROVE = "kb_review_approve"
+ACTION_REVIEW_REJECT = "kb_review_reject"
+CHOICE_BLOCK = "choice"
+INPUT_ACTION = "value"  # action_id of every input element: state.values[block_id]["value"]
+CHOICE_NEW = "new"
+CHOICE_EXAMPLE_PREFIX = "example:"
+
+MODAL_TITLE = "Add to vLLM KB"
+# Only a well-formed Slack message link goes into a <url|label> link (anything else could break out of it).
+_PERMALINK_RE = re.compile(r"^https://[A-Za-z0-9.-]+/archives/[A-Z0-9]+/p\d+(?:\?[A-Za-z0-9_=&.-]*)?$")
+INPUT_MAX = 3000
+SECTION_MAX = 3000
+OPTION_TEXT_MAX = 75
+
+_FORM_FIELDS: list[tuple[str, str, bool, int, str]] = [
+    # block_id, label, multiline, max_length, hint
+    ("title", "Title", False, 140, "What failed, in a few words a teammate would search for."),
+    ("title_zh", "Title in Chinese (中文标题)", False, 80, "The KB answers in both languages."),
+    ("cause", "Cause", True, 3000, "Two to five sentences in your own words: what happened and why."),
+    (
+        "fix",
+        "Fix steps",
+        True,
+        3000,
+        "One step per line. A line starting with $ is the command for the step above it.",
+    ),
+    (
+        "signatures",
+        "Signatures (one regex per line)",
+        True,
+        3000,
+        "Fingerprints of this failure, matched on each cleaned log line. Suggested from the root error lines: "
+        "numbers, paths and hex generalised, checked to hit this log and never a healthy start-up.",
+    ),
+    (
+        "examples",
+        "Example logs",
+        True,
+        3000,
+        "At least two. Each starts with the URL where it was posted, then the log lines; separate them with a "
+        "line ---. The first is this message (secrets redacted).",
+    ),
+    ("references", "References (optional)", True, 3000, "More URLs, one per line: issues, docs, PRs."),
+]
+
+
+def _plain(text: str, limit: int = 2000) -> dict[str, Any]:
+    return {"type": "plain_text", "text": plain_limited(text, limit), "emoji": True}
+
+
+def _section(mrkdwn: str, block_id: str | None = None) -> dict[str, Any]:
+    block: dict[str, Any] = {"type": "section", "text": {"type": "mrkdwn", "text": mrkdwn[:SECTION_MAX]}}
+    if block_id:
+        block["block_id"] = block_id
+    return block
+
+
+def _context(*items: str) -> dict[str, Any]:
+    return {"type": "context", "elements": [{"type": "mrkdwn", "text": t[:3000]} for t in items if t][:10]}
+
+
+def _option(text: str, value: str, description: str | None = None) -> dict[str, Any]:
+    option: dict[str, Any] = {"text": _plain(text, OPTION_TEXT_MAX), "value": value[:150]}
+    if description:
+        option["description"] = _plain(description, OPTION_TEXT_MAX)
+    return option
+
+
+def _modal(callback_id: str, blocks: list[dict[str, Any]], private_metadata: str = "", submit: str | None = None,
+           close: str = "Cancel") -> dict[str, Any]:
+    view: dict[str, Any] = {
+        "type": "modal",
+        "callback_id": callback_id,
+        "title": _plain(MODAL_TITLE, 24),
+        "close": _plain(close, 24),
+        "private_metadata": private_metadata[:3000],
+        "blocks": blocks[:100],
+    }
+    if submit:
+        view["submit"] = _plain(submit, 24)
+    return view
+
+
+def _percent(value: float) -> str:
+    return f"{round(max(0.0, min(1.0, value)) * 100)}%"
+
+
+def similar_line(s: Similar) -> str:
+    extra = " · its signature matches your log" if s.signature_hit else ""
+    overlap = " · your signature matches its examples" if s.overlap else ""
+    return f"• {escape_limited(s.title, 200)[0]} ({inline_code(s.case_id, 100)}, {_percent(s.similarity)} similar{extra}{overlap})"
+
+
+# --- the form --------------------------------------------------------------------------------------------
+
+
+def loading_view(text: str = "Reading the message and its thread…") -> dict[str, Any]:
+    return _modal(VIEW_CASE_FORM, [_section(f":hourglass_flowing_sand: {escape(text)}")], close="Close")
+
+
+def notice_view(text: str, emoji: str = ":warning:") -> dict[str, Any]:
+    body, _ = escape_limited(text, SECTION_MAX - 20)
+    return _modal(VIEW_CASE_FORM, [_section(f"{emoji} {body}")], close="Close")
+
+
+def _text_input(block_id: str, label: str, multiline: bool, max_length: int, hint: str, value: str,
+                optional: bool) -> dict[str, Any]:
+    element: dict[str, Any] = {
+        "type": "plain_text_input",
+        "action_id": INPUT_ACTION,
+        "multiline": multiline,
+        "max_length": max_length,
+    }
+    if value:
+        element["initial_value"] = value[:max_length]
+    return {
+        "type": "input",
+        "block_id": block_id,
+        "label": _plain(label, 2000),
+        "hint": _plain(hint, 2000),
+        "optional": optional,
+        "element": element,
+    }
+
+
+def _select(block_id: str, label: str, choices: Sequence[str], selected: str | None) -> dict[str, Any]:
+    options = [_option(c, c) for c in choices]
+    element: dict[str, Any] = {"type": "static_select", "action_id": INPUT_ACTION, "options": options}
+    if selected in choices:
+        element["initial_option"] = _option(selected, selected)  # type: ignore[arg-type]
+    return {"type": "input", "block_id": block_id, "label": _plain(label), "element": element}
+
+
+def case_form_view(submission_id: str, form: CaseForm, nearest: Sequence[Similar] = (), source_note: str = "") -> dict[str, Any]:
+    blocks: list[dict[str, Any]] = []
+    intro = (
+        "Describe the failure in this log so the next person gets an answer straight away. "
+        "A KB reviewer approves it before it goes live."
+    )
+    blocks.append(_section(escape(intro), "intro"))
+    if source_note:
+        blocks.append(_context(escape_limited(source_note, 2000)[0]))
+    if nearest:
+        lines = ["*Nearest known cases for this log:*", *(similar_line(s) for s in nearest[:3])]
+        blocks.append(_section("\n".join(lines)[:SECTION_MAX], "nearest"))
+    values = form.as_dict()
+    for block_id, label, multiline, max_length, hint in _FORM_FIELDS[:2]:
+        blocks.append(_text_input(block_id, label, multiline, max_length, hint, values[block_id], False))
+    blocks.append(_select("area", "Area", list(AREAS), form.area or None))
+    blocks.append(_select("severity", "Severity", list(SEVERITIES), form.severity or "medium"))
+    for block_id, label, multiline, max_length, hint in _FORM_FIELDS[2:]:
+        blocks.append(
+            _text_input(block_id, label, multiline, max_length, hint, values[block_id], block_id == "references")
+        )
+    return _modal(VIEW_CASE_FORM, blocks, private_metadata=submission_id, submit="Check and send")
+
+
+def form_from_state(values: dict[str, Any]) -> CaseForm:
+    """state.values of a submitted case form → CaseForm (missing fields are empty)."""
+
+    def text(block: str) -> str:
+        element = (values.get(block) or {}).get(INPUT_ACTION) or {}
+        if element.get("type") == "static_select" or "selected_option" in element:
+            return ((element.get("selected_option") or {}).get("value")) or ""
+        return element.get("value") or ""
+
+    return CaseForm(**{name: text(name) for name in
+                       ("title", "title_zh", "area", "severity", "cause", "fix", "signatures", "examples", "references")})
+
+
+def checking_view(submission_id: str) -> dict[str, Any]:
+    return _modal(
+        VIEW_DUPLICATE,
+        [_section(":mag: Checking the knowledge base for cases like this one…")],
+        private_metadata=submission_id,
+        close="Close",
+    )
+
+
+def duplicate_view(submission_id: str, title: str, duplicates: Sequence[Similar], warnings: Sequence[str] = ()) -> dict[str, Any]:
+    blocks: list[dict[str, Any]] = [
+        _section(
+            f":warning: *This may already be in the knowledge base.*\nYour case: *{escape_limited(title, 300)[0]}*\n"
+            + "\n".join(similar_line(s) for s in duplicates[:3]),
+            "duplicates",
+        )
+    ]
+    for w in list(warnings)[:3]:
+        blocks.append(_context(":triangular_flag_on_post: " + escape_limited(w, 500)[0]))
+    options = [
+        _option(f"Add my log as an example of: {s.title}", CHOICE_EXAMPLE_PREFIX + s.case_id,
+                f"case {s.case_id} · {_percent(s.similarity)} similar")
+        for s in duplicates[:3]
+    ]
+    options.append(_option("It is a new case: send it for review", CHOICE_NEW, "Reviewers see the similar cases too"))
+    blocks.append(
+        {
+            "type": "input",
+            "block_id": CHOICE_BLOCK,
+            "label": _plain("What should happen?"),
+            "element": {"type": "radio_buttons", "action_id": INPUT_ACTION, "options": options,
+                        "initial_option": options[0]},
+        }
+    )
+    return _modal(VIEW_DUPLICATE, blocks, private_metadata=submission_id, submit="Send for review")
+
+
+def choice_from_state(values: dict[str, Any]) -> str:
+    element = (values.get(CHOICE_BLOCK) or {}).get(INPUT_ACTION) or {}
+    value = ((element.get("selected_option") or {}).get("value")) or CHOICE_NEW
+    return value.removeprefix(CHOICE_EXAMPLE_PREFIX) if value.startswith(CHOICE_EXAMPLE_PREFIX) else CHOICE_NEW
+
+
+def submitted_view(*, kind: str, title: str, target_case: str | None, reviewers_configured: bool) -> dict[str, Any]:
+    what = (
+        f"your log as a new example of {inline_code(target_case or '', 100)}"
+        if kind == "example"
+        else f"*{escape_limited(title, 300)[0]}*"
+    )
+    if reviewers_configured:
+        text = f":white_check_mark: Sent {what} for review. You'll get a DM when a reviewer approves or rejects it."
+    else:
+        text = (
+            f":hourglass: Saved {what}, but no KB reviewers are configured yet (VLLM_DOCTOR_KB_REVIEWERS or "
+            "VLLM_DOCTOR_KB_REVIEWER_GROUP). An admin can approve it with `vllm-doctor kb review`."
+        )
+    return _modal(VIEW_DUPLICATE, [_section(text)], close="Done")
+
+
+# --- review ----------------------------------------------------------------------------------------------
+
+
+def review_message(
+    *,
+    submission_id: str,
+    kind: str,
+    author_id: str,
+    case: dict[str, Any],
+    target_case: str | None,
+    nearest: Sequence[Similar] = (),
+    warnings: Sequence[str] = (),
+    permalink: str | None = None,
+) -> Message:
+    title = str(case.get("title", ""))
+    if kind == "example":
+        head = (f":inbox_tray: *New example for KB case {inline_code(target_case or '', 100)}* from "
+                f"{user_mention(author_id)}")
+        fallback = f"New example for KB case {target_case}"
+    else:
+        head = f":inbox_tray: *New KB case for review* from {user_mention(author_id)}"
+        fallback = f"New KB case for review: {title}"
+    blocks: list[dict[str, Any]] = [_section(head, "review_head")]
+    meta = f"*{escape_limited(title, 300)[0]}*\narea {escape(str(case.get('area', '')))} · severity {escape(str(case.get('severity', '')))}"
+    if kind != "example":
+        meta += f" · id {inline_code(str(case.get('id', '')), 120)}"
+    blocks.append(_section(meta, "review_title"))
+    if kind != "example" and case.get("cause"):
+        blocks.append(_section("*Cause*\n" + escape_limited(str(case["cause"]), 2800)[0], "review_cause"))
+    steps = case.get("fix") or []
+    if kind != "example" and steps:
+        parts = []
+        for i, step in enumerate(steps[:10], 1):
+            part = f"{i}. {escape_limited(str(step.get('text', '')), 400)[0]}"
+            if step.get("command"):
+                part += "\n" + code_block(str(step["command"]), 500)[0]
+            parts.append(part)
+        blocks.append(_section(("*Fix*\n" + "\n".join(parts))[:SECTION_MAX], "review_fix"))
+    signatures = "\n".join(case.get("signatures") or [])
+    if signatures:
+        blocks.append(_section("*Signatures*\n" + code_block(signatures, 1400)[0], "review_signatures"))
+    examples = case.get("examples") or []
+    if examples:
+        first = examples[0]
+        source = escape_limited(str(first.get("source", "")), 300)[0]
+        blocks.append(
+            _section(
+                f"*Example* ({len(examples)} in all; first from {source})\n" + code_block(str(first.get("log", "")), 2400)[0],
+                "review_example",
+            )
+        )
+    notes = []
+    if nearest:
+        notes.append("Nearest known: " + "; ".join(
+            f"{inline_code(s.case_id, 80)} {_percent(s.similarity)}" for s in nearest[:3]))
+    for w in list(warnings)[:3]:
+        notes.append(":triangular_flag_on_post: " + escape_limited(w, 400)[0])
+    if permalink and _PERMALINK_RE.match(permalink):
+        notes.append(f"<{permalink.replace('&', '&amp;')}|source message>")
+    if notes:
+        blocks.append(_context(*notes))
+    blocks.append(
+        {
+            "type": "actions",
+            "block_id": "review_actions",
+            "elements": [
+                {"type": "button", "text": _plain("Approve", 75), "style": "primary",
+                 "action_id": ACTION_REVIEW_APPROVE, "value": submission_id},
+                {"type": "button", "text": _plain("Reject", 75), "style": "danger",
+                 "action_id": ACTION_REVIEW_REJECT, "value": submission_id},
+            ],
+        }
+    )
+    return Message(text=plain_limited(escape(fallback), 3000), blocks=blocks)
+
+
+def decided_message(
+    *, approved: bool, reviewer_id: str, title: str, case_id: str | None, live_seconds: float | None = None,
+    path: str | None = None, commit: str | None = None,
+) -> Message:
+    if approved:
+        text = (f":white_check_mark: *Approved* by {user_mention(reviewer_id)}: {inline_code(case_id or '', 120)} "
+                f"— {escape_limited(title, 300)[0]}")
+        notes = []
+        if live_seconds is not None:
+            notes.append(f"live in {live_seconds * 1000:.0f} ms")
+        if path:
+            notes.append(inline_code(path, 300))
+        if commit:
+            notes.append(escape_limited(commit, 300)[0])
+        blocks = [_section(text, "review_head")]
+        if notes:
+            blocks.append(_context(" · ".join(notes)))
+        return Message(text=plain_limited(f"Approved: {case_id}", 3000), blocks=blocks)
+    text = f":no_entry_sign: *Rejected* by {user_mention(reviewer_id)}: {escape_limited(title, 300)[0]}"
+    return Message(text="Rejected KB case", blocks=[_section(text, "review_head")])
+
+
+def author_notice(*, approved: bool, title: str, case_id: str | None, kind: str, reviewer_id: str,
+                  note: str = "") -> Message:
+    if approved:
+        what = (f"Your log is now an example of KB case {inline_code(case_id or '', 120)}" if kind == "example"
+                else f"Your KB case *{escape_limited(title, 300)[0]}* is live as {inline_code(case_id or '', 120)}")
+        text = f":tada: {what} (approved by {user_mention(reviewer_id)}). The next paste of this error gets it."
+        fallback = f"Your KB case was approved: {case_id}"
+    else:
+        text = f":no_entry_sign: Your KB case *{escape_limited(title, 300)[0]}* was not accepted by {user_mention(reviewer_id)}."
+        if note:
+            text += f"\n>{escape_limited(note, 1000)[0]}"
+        fallback = "Your KB case was not accepted"
+    return Message(text=plain_limited(escape(fallback), 3000), blocks=[_section(text)])
+
+
+def refusal(text: str) -> Message:
+    body, _ = escape_limited(text, 2900)
+    return Message(text=plain_limited(escape(text), 3000), blocks=[_section(f":lock: {body}")])
+
+
+def ephemeral(text: str, emoji: str = ":information_source:") -> Message:
+    """A short reply whose text we wrote and already escaped (mentions allowed)."""
+    return Message(text=plain_limited(text, 3000), blocks=[_section(f"{emoji} {text}"[:SECTION_MAX])])
+
+
+# --- feedback and the App Home ------------------------------------------------------------------------------
+
+
+def feedback_thanks(*, value: str, case_id: str | None, outcome: str | None, changed_from: str | None) -> Message:
+    what = f"KB case {inline_code(case_id, 120)}" if case_id else "this answer"
+    if value == "fixed":
+        text = f"Thanks! Noted that {what} fixed it."
+        if outcome:
+            text += f" Outcome so far: {escape(outcome)} (one vote per person); it now ranks a little higher."
+    else:
+        text = (f"Thanks for telling me {what} did not help. This log is now on the list of candidates for new "
+                "cases; if you find the real cause, *Add as a KB case* turns it into an answer for the next person.")
+    if changed_from and changed_from != value:
+        text += " (Your earlier rating of this answer was replaced.)"
+    return ephemeral(text, ":pray:")
+
+
+def outcome_context(outcome: str | None) -> dict[str, Any] | None:
+    """A context block "KB case outcome: solved 9 of 10" for an answer (None without votes)."""
+    if not outcome:
+        return None
+    return _context(f":bar_chart: Outcome of this KB case so far: {escape(outcome)} (one vote per person)")
+
+
+def home_section(candidates: Sequence[Any], pending: int, limit: int = 8) -> list[dict[str, Any]]:
+    """App Home blocks: candidates for new cases (logs that got "unknown" or "Didn't help")."""
+    blocks: list[dict[str, Any]] = [{"type": "divider"}, _section("*Candidates for new KB cases*", "kb_candidates_head")]
+    if pending:
+        blocks.append(_context(f":inbox_tray: {pending} case(s) waiting for review"))
+    if not candidates:
+        blocks.append(_context("None: every recent log was answered, and nobody said an answer did not help."))
+        return blocks
+    for c in candidates[:limit]:
+        why = "no match" if c.reason == "unknown" else f"{inline_code(c.case_id or '?', 80)} did not help"
+        seen = f" · seen {c.seen}×" if c.seen > 1 else ""
+        blocks.append(_context(f"{inline_code(c.summary or '(no error line)', 200)} · {why}{seen}"))
+    return blocks

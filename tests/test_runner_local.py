@@ -1,0 +1,89 @@
+"""`diagnose --local`: the same catalogue on this machine (no GPU here, a CPU torch in the venv)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bot.runner import local_host, run_diagnosis
+from bot.settings import Settings
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def settings(tmp_path):
+    return Settings(runner_audit_db=tmp_path / "audit.sqlite3", runner_local_python=sys.executable)
+
+
+def test_local_run_on_this_machine(settings, monkeypatch, tmp_path):
+    secret = "hf_" + "Q7" * 17
+    monkeypatch.setenv("HF_TOKEN", secret)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    monkeypatch.setenv("VLLM_API_KEY", "sk-local-" + "x9" * 12)
+    monkeypatch.setenv("CUDA_LAUNCH_BLOCKING", "1")
+    report = run_diagnosis("", settings=settings, local=True)
+    [host] = report.hosts
+    by_id = {c.id: c for c in host.checks}
+    assert host.error is None and len(by_id) == len([c for c in by_id.values() if c.tier == 0])
+    # the venv's real torch is a CPU build: the probe imports it in a subprocess and says so
+    torch = by_id["python.torch"]
+    assert torch.verdict == "warn" and "CPU-only build" in torch.message and "no-gpu-detected" in torch.cases
+    assert by_id["python.runtime"].verdict == "ok" and sys.executable in by_id["python.runtime"].message
+    assert by_id["env.debug"].verdict == "warn" and "CUDA_LAUNCH_BLOCKING=1" in by_id["env.debug"].message
+    assert by_id["env.hf_access"].message.startswith("HF token set in HF_TOKEN")
+    for check_id in ("system.os", "system.memory", "system.disk", "env.vars"):
+        assert by_id[check_id].verdict in ("ok", "warn"), (check_id, by_id[check_id].message)
+    if not any(Path(p, "nvidia-smi").exists() for p in ("/usr/bin", "/usr/local/bin")):
+        assert by_id["gpu.driver"].verdict == "skipped" and "nvidia-smi not found" in by_id["gpu.driver"].message
+    raw = report.raw_text()
+    assert secret not in raw and "x9x9x9" not in raw and secret not in report.to_json()
+    assert "HF_TOKEN=[REDACTED:hf-token]" in raw
+
+
+def test_offline_mode_with_an_empty_cache_fails(settings, monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    result = run_diagnosis("", settings=settings, local=True, checks=["env.hf_access"]).hosts[0].checks[0]
+    assert result.verdict == "fail" and result.cases == ["hf-offline-no-cache"]
+    (tmp_path / "hf" / "hub" / "models--org--tiny").mkdir(parents=True)
+    result = run_diagnosis("", settings=settings, local=True, checks=["env.hf_access"]).hosts[0].checks[0]
+    assert result.verdict != "fail" and "1 model(s) cached" in result.message
+
+
+def test_local_host_fields_reach_the_checks(settings, tmp_path):
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text('{"architectures": ["LlamaForCausalLM"], "model_type": "llama"}')
+    (model / "model.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{}" + b" " * 14)  # header only
+    host = local_host(settings, model_dir=str(model), serve_port=1)
+    report = run_diagnosis("", settings=settings, local=True, hosts=[host], checks=["model.files", "server.port"])
+    files = report.hosts[0].check("model.files")
+    assert files.verdict == "ok" and "LlamaForCausalLM (llama): 1 safetensors file(s)" in files.message
+    (model / "model.safetensors").write_bytes(b"\xff\x00\x00\x00\x00\x00\x00\x00{")  # truncated download
+    report = run_diagnosis("", settings=settings, local=True, hosts=[host], checks=["model.files"])
+    broken = report.hosts[0].check("model.files")
+    assert broken.verdict == "fail" and broken.cases == ["safetensors-corrupt"]
+
+
+def test_cli_local_json(tmp_path):
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(tmp_path), "VLLM_DOCTOR_AUDIT_DB": str(tmp_path / "a.db"),
+           "VLLM_DOCTOR_LOCAL_PYTHON": sys.executable}
+    out = subprocess.run([sys.executable, "-m", "bot.cli", "diagnose", "--local", "--json", "--check", "system",
+                          "--check", "env", "--raw", str(tmp_path / "raw.txt")],
+                         cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode in (0, 1), out.stderr
+    data = json.loads(out.stdout)
+    [host] = data["hosts"]
+    assert {c["id"] for c in host["checks"]} >= {"system.os", "system.shm", "env.vars"}
+    assert all(set(c) == {"id", "verdict", "message", "cases", "duration_s"} for c in host["checks"])
+    assert "--- system.shm" in (tmp_path / "raw.txt").read_text()
+    usage = subprocess.run([sys.executable, "-m", "bot.cli", "diagnose", "--local", "gpu01"],
+                           cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+    assert usage.returncode == 2 and "not both" in usage.stderr
