@@ -67,7 +67,7 @@ def real_queries(encoder, limit: int = 40) -> tuple[list[str], np.ndarray]:
 
 
 def bench_build(encoder: SentenceTransformerEncoder) -> dict:
-    kb = load_kb()
+    kb = load_kb(strict=False)
     docs = [d for c in kb.cases for d in case_documents(c)]
     with tempfile.TemporaryDirectory() as tmp:
         t = time.perf_counter()
@@ -132,7 +132,7 @@ def synthetic(
 def bench_scale(
     sizes: list[int], docs_per_case: int, encoder, queries: list[str], qvecs: np.ndarray, repeat: int
 ) -> list[dict]:
-    kb = load_kb()
+    kb = load_kb(strict=False)
     kb_docs = [d for c in kb.cases for d in case_documents(c)]
     base = encoder.encode([d.text for d in kb_docs])
     vocab = [t for d in kb_docs for t in d.text.split()]  # KB token distribution (Zipf-like)

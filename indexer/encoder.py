@@ -133,7 +133,9 @@ class SentenceTransformerEncoder:
                 os.environ["HF_HUB_OFFLINE"] = "1"
                 os.environ["TRANSFORMERS_OFFLINE"] = "1"
                 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-                os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # no "Loading weights" bar on stderr
+                os.environ.setdefault(
+                    "HF_HUB_DISABLE_PROGRESS_BARS", "1"
+                )  # no "Loading weights" bar on stderr
                 from sentence_transformers import SentenceTransformer
 
                 try:

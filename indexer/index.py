@@ -27,8 +27,9 @@ import re
 import shutil
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -178,16 +179,11 @@ class _State:
         end = int(self.case_starts[pos + 1]) if pos + 1 < len(self.case_starts) else len(self.docs)
         return range(int(self.case_starts[pos]), end)
 
-    def case_max(self, doc_scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Per-case max of per-document scores, and the row that achieved it."""
-        maxima = np.maximum.reduceat(doc_scores, self.case_starts)
-        # first row of each case whose score equals the case max
-        is_max = doc_scores == maxima[self.doc_case]
-        rows = np.full(len(self.case_ids), -1, dtype=np.int64)
-        hit_rows = np.nonzero(is_max)[0]
-        cases_of_hits = self.doc_case[hit_rows]
-        rows[cases_of_hits[::-1]] = hit_rows[::-1]  # reversed: the first occurrence wins
-        return maxima, rows
+    @cached_property
+    def max_docs_per_case(self) -> int:
+        if not self.case_ids:
+            return 1
+        return int(np.diff(np.append(self.case_starts, len(self.docs))).max())
 
 
 class _Invalid(Exception):
@@ -302,34 +298,21 @@ class KBIndex:
         if not query.strip() or not state.case_ids or k <= 0:
             return []
         qv = self._embed_query(query, state)
-        doc_dense = self._dense_doc_scores(state, qv, k)
-        dense_scores, _ = state.case_max(doc_dense)
-        bm25_scores, bm25_rows = state.case_max(state.lexical.scores(query))
-        dense_top = _top(dense_scores, k, positive_only=False)
-        bm25_top = _top(bm25_scores, k, positive_only=True)
-        union = list(dict.fromkeys([*dense_top.tolist(), *bm25_top.tolist()]))
-        self._fill_exact(state, qv, doc_dense, union)  # BM25-only candidates lack a dense score (HNSW)
-        dense_scores, dense_rows = state.case_max(doc_dense)
-        dense_rank = {c: r for r, c in enumerate(dense_top.tolist(), 1)}
-        bm25_rank = {c: r for r, c in enumerate(bm25_top.tolist(), 1)}
+        dense = self._dense_ranking(state, qv, k)
+        doc_bm25 = state.lexical.scores(query)
+        lexical = _lexical_ranking(state, doc_bm25, k)
+        dense_rank = {pos: r for r, pos in enumerate(list(dense)[:k], 1)}
+        bm25_rank = {pos: r for r, pos in enumerate(lexical, 1)}
         hits = []
-        for pos in union:
+        for pos in dict.fromkeys([*dense_rank, *bm25_rank]):
+            d_score, d_row = dense[pos] if pos in dense else self._exact_dense(state, qv, pos)
+            b_score, b_row = lexical[pos] if pos in lexical else _case_best(state, doc_bm25, pos)
             d_rank, b_rank = dense_rank.get(pos), bm25_rank.get(pos)
-            d_doc = state.docs[int(dense_rows[pos])].name
-            b_doc = state.docs[int(bm25_rows[pos])].name if bm25_scores[pos] > 0 else None
-            lexical_better = b_doc is not None and b_rank is not None and (d_rank is None or b_rank < d_rank)
-            hits.append(
-                Hit(
-                    state.case_ids[pos],
-                    float(dense_scores[pos]),
-                    float(bm25_scores[pos]),
-                    d_rank,
-                    b_rank,
-                    b_doc if lexical_better and b_doc else d_doc,
-                    d_doc,
-                    b_doc,
-                )
-            )
+            d_doc = state.docs[d_row].name
+            b_doc = state.docs[b_row].name if b_score > 0 else None
+            lexical_better = b_rank is not None and (d_rank is None or b_rank < d_rank)
+            best = b_doc if lexical_better and b_doc else d_doc
+            hits.append(Hit(state.case_ids[pos], d_score, b_score, d_rank, b_rank, best, d_doc, b_doc))
         hits.sort(key=lambda h: (-_rrf(h.dense_rank, h.bm25_rank), -(h.dense or 0.0), h.case_id))
         return hits
 
@@ -338,20 +321,12 @@ class KBIndex:
         state = self._state_or_raise()
         if not query.strip() or not state.case_ids or k <= 0:
             return []
-        scores, rows = state.case_max(self._dense_doc_scores(state, self._embed_query(query, state), k))
-        top = _top(scores, k, positive_only=False)
+        ranking = self._dense_ranking(state, self._embed_query(query, state), k)
         return [
             Hit(
-                state.case_ids[p],
-                float(scores[p]),
-                None,
-                r,
-                None,
-                state.docs[int(rows[p])].name,
-                state.docs[int(rows[p])].name,
-                None,
+                state.case_ids[pos], score, None, rank, None, state.docs[row].name, state.docs[row].name, None
             )
-            for r, p in enumerate(top.tolist(), 1)
+            for rank, (pos, (score, row)) in enumerate(list(ranking.items())[:k], 1)
         ]
 
     def lexical_search(self, query: str, k: int = 10) -> list[Hit]:
@@ -359,20 +334,12 @@ class KBIndex:
         state = self._state_or_raise()
         if not query.strip() or not state.case_ids or k <= 0:
             return []
-        scores, rows = state.case_max(state.lexical.scores(query))
-        top = _top(scores, k, positive_only=True)
+        ranking = _lexical_ranking(state, state.lexical.scores(query), k)
         return [
             Hit(
-                state.case_ids[p],
-                None,
-                float(scores[p]),
-                None,
-                r,
-                state.docs[int(rows[p])].name,
-                None,
-                state.docs[int(rows[p])].name,
+                state.case_ids[pos], None, score, None, rank, state.docs[row].name, None, state.docs[row].name
             )
-            for r, p in enumerate(top.tolist(), 1)
+            for rank, (pos, (score, row)) in enumerate(ranking.items(), 1)
         ]
 
     def upsert_case(self, case: Case) -> IndexStats:
@@ -432,37 +399,28 @@ class KBIndex:
             raise ValueError(f"encoder returned shape {vec.shape}, index dimension is {state.dim}")
         return vec[0]
 
-    def _dense_doc_scores(self, state: _State, qv: np.ndarray, k: int) -> np.ndarray:
-        """Cosine per document for the store's top candidates (others -inf), the window widened until it
-        covers k cases. Small indexes (the real KB) are scored completely."""
+    def _dense_ranking(self, state: _State, qv: np.ndarray, k: int) -> dict[int, tuple[float, int]]:
+        """Cases by their best document's cosine, best first: {case position: (score, row)}, at least k
+        cases when the index has them. Only the store's candidate window is aggregated (no pass over all
+        documents); small indexes (the real KB) put every document in the window."""
         n_docs = len(state.docs)
-        if n_docs <= EXACT_WINDOW:
-            window = n_docs
-        else:
-            docs_per_case = max(1, n_docs // max(1, len(state.case_ids)))
-            window = min(n_docs, max(64, 4 * k * docs_per_case))
+        window = n_docs if n_docs <= EXACT_WINDOW else min(n_docs, max(64, 4 * k * state.max_docs_per_case))
         while True:
             with self._store_lock:
                 scores, rows = state.store.search(qv, window)
             keep = rows < n_docs  # rows appended in place for a newer state are not ours
-            scores, rows = scores[keep], rows[keep]
-            doc_scores = np.full(n_docs, -np.inf, dtype=np.float32)
-            doc_scores[rows] = scores
-            if window >= n_docs or len(np.unique(state.doc_case[rows])) >= min(k, len(state.case_ids)):
-                return doc_scores
+            ranking = _first_per_case(state, scores[keep], rows[keep])
+            if window >= n_docs or len(ranking) >= min(k, len(state.case_ids)):
+                return ranking
             window = min(n_docs, window * 4)
 
-    def _fill_exact(
-        self, state: _State, qv: np.ndarray, doc_scores: np.ndarray, positions: list[int]
-    ) -> None:
-        """Exact cosine for the documents of these cases where the approximate search left a gap."""
-        for pos in positions:
-            rows = state.case_rows(pos)
-            if np.isfinite(doc_scores[rows.start : rows.stop]).all():
-                continue
-            with self._store_lock:
-                vectors = state.store.reconstruct(list(rows))
-            doc_scores[rows.start : rows.stop] = vectors @ qv
+    def _exact_dense(self, state: _State, qv: np.ndarray, pos: int) -> tuple[float, int]:
+        """Exact best cosine of one case (a BM25 candidate outside the dense window)."""
+        rows = state.case_rows(pos)
+        with self._store_lock:
+            sims = state.store.reconstruct(list(rows)) @ qv
+        best = int(np.argmax(sims))
+        return float(sims[best]), rows.start + best
 
     # ---------------------------------------------------------------------------- building and loading
 
@@ -578,8 +536,8 @@ class KBIndex:
             store.add(matrix[len(stored_keys) :])
         else:
             store = VectorStore.build(matrix, kind, dim=dim)
-        if unchanged and stored is not None and stored.lexical is not None:
-            lexical = stored.lexical
+        if stored is not None and stored.lexical is not None and stored_keys == new_keys:
+            lexical = stored.lexical  # same documents, only the store kind changed
         else:
             lexical = LexicalIndex.build([d.text for d in docs])
         model_id = self.encoder().model_id
@@ -677,7 +635,9 @@ class KBIndex:
             lock.acquire()
             return lock
         except LockTimeout:
-            self._write_problem = f"another process has held {self.index_dir / LOCK_NAME} for {LOCK_TIMEOUT_S:.0f} s"
+            self._write_problem = (
+                f"another process has held {self.index_dir / LOCK_NAME} for {LOCK_TIMEOUT_S:.0f} s"
+            )
         except OSError as exc:
             self._write_problem = f"cannot write to {self.index_dir} ({exc.strerror or exc})"
         return None
@@ -816,14 +776,33 @@ class _LockContext:
             self._lock.release()
 
 
-def _top(scores: np.ndarray, k: int, positive_only: bool) -> np.ndarray:
-    """Positions of the k best scores, best first, ties by position; -inf (not retrieved) left out."""
-    k = min(k, len(scores))
-    if k <= 0:
-        return np.zeros(0, dtype=np.int64)
-    top = np.argpartition(-scores, k - 1)[:k]
-    top = top[np.lexsort((top, -scores[top]))]
-    return top[scores[top] > 0] if positive_only else top[np.isfinite(scores[top])]
+def _first_per_case(state: _State, scores: np.ndarray, rows: np.ndarray) -> dict[int, tuple[float, int]]:
+    """Documents sorted best first → each case's first (= best) document, cases in that order."""
+    order = np.lexsort((rows, -scores))  # by score, ties by row: deterministic
+    scores, rows = scores[order], rows[order]
+    cases = state.doc_case[rows]
+    _, first = np.unique(cases, return_index=True)
+    first.sort()
+    return {int(cases[i]): (float(scores[i]), int(rows[i])) for i in first}
+
+
+def _lexical_ranking(state: _State, doc_scores: np.ndarray, k: int) -> dict[int, tuple[float, int]]:
+    """Top k cases by their best document's BM25 score (> 0 only), best first. A case has at most
+    max_docs_per_case documents, so the top k × that many documents hold the top k cases."""
+    n_docs = len(doc_scores)
+    m = min(n_docs, k * state.max_docs_per_case)
+    if m <= 0:
+        return {}
+    rows = np.argpartition(-doc_scores, m - 1)[:m] if m < n_docs else np.arange(n_docs)
+    rows = rows[doc_scores[rows] > 0]
+    ranking = _first_per_case(state, doc_scores[rows], rows)
+    return dict(list(ranking.items())[:k])
+
+
+def _case_best(state: _State, doc_scores: np.ndarray, pos: int) -> tuple[float, int]:
+    rows = state.case_rows(pos)
+    best = int(np.argmax(doc_scores[rows.start : rows.stop]))
+    return float(doc_scores[rows.start + best]), rows.start + best
 
 
 def _rrf(*ranks: int | None) -> float:
@@ -834,9 +813,8 @@ def _sha(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def _remove_paths(*paths: Iterable[Path] | Path) -> None:
-    for path in paths:
-        p = Path(path)  # type: ignore[arg-type]
+def _remove_paths(*paths: Path) -> None:
+    for p in paths:
         try:
             if p.is_dir():
                 shutil.rmtree(p, ignore_errors=True)

@@ -8,12 +8,14 @@ but one new case does not break CI.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from bot.evaluate import evaluate, load_healthy, load_labelled
-from tests.conftest import EVAL_DIR, HEALTHY_DIR
 
+EVAL_DIR = Path(__file__).resolve().parent / "eval"
+HEALTHY_DIR = EVAL_DIR / "healthy"
 FLOOR_TOP1 = 0.90
 MAX_CONFIDENT_WRONG = 0.03
 FLOOR_ABSTAIN = 0.80

@@ -10,11 +10,18 @@ import threading
 from pathlib import Path
 
 import pytest
-from indexer_support import CORE_CASES, CountingEncoder, index_warnings, make_kb, real_encoder, write_new_case
 
 from indexer.encoder import HashingEncoder, SentenceTransformerEncoder
 from indexer.index import MANIFEST_NAME, KBIndex
 from kb.loader import load_case_file, load_kb
+from tests.indexer_support import (
+    CORE_CASES,
+    CountingEncoder,
+    index_warnings,
+    make_kb,
+    real_encoder,
+    write_new_case,
+)
 
 QUERY = "ValueError: No available memory for the cache blocks"
 
@@ -233,8 +240,10 @@ def test_concurrent_processes_build_once_and_agree(tmp_path):
     make_kb(tmp_path / "cases", CORE_CASES)
     ctx = multiprocessing.get_context("spawn")
     queue = ctx.Queue()
-    procs = [ctx.Process(target=_open_in_child, args=(str(tmp_path / "cases"), str(tmp_path / "index"), queue))
-             for _ in range(3)]
+    procs = [
+        ctx.Process(target=_open_in_child, args=(str(tmp_path / "cases"), str(tmp_path / "index"), queue))
+        for _ in range(3)
+    ]
     for p in procs:
         p.start()
     results = [queue.get(timeout=120) for _ in procs]
@@ -244,7 +253,9 @@ def test_concurrent_processes_build_once_and_agree(tmp_path):
     actions = sorted(r[0] for r in results)
     assert actions == ["built", "loaded", "loaded"], results
     assert {r[2] for r in results} == {"kv-cache-no-memory"}
-    assert KBIndex.open(load_kb(tmp_path / "cases"), tmp_path / "index", HashingEncoder).stats.action == "loaded"
+    assert (
+        KBIndex.open(load_kb(tmp_path / "cases"), tmp_path / "index", HashingEncoder).stats.action == "loaded"
+    )
 
 
 def test_concurrent_threads_with_the_real_model(pristine, tmp_path):

@@ -13,7 +13,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from indexer_support import (
+
+from indexer.encoder import EncoderUnavailable, HashingEncoder, SentenceTransformerEncoder
+from indexer.index import MANIFEST_NAME, KBIndex
+from indexer.lexical import LexicalError, LexicalIndex, tokenize
+from indexer.store import StoreError, VectorStore
+from kb.loader import KnowledgeBase, load_case_file, load_kb
+from kb.schema import Case
+from tests.indexer_support import (
     CORE_CASES,
     EXTRA_CASES,
     CountingEncoder,
@@ -22,13 +29,6 @@ from indexer_support import (
     real_encoder,
     write_new_case,
 )
-
-from indexer.encoder import EncoderUnavailable, HashingEncoder, SentenceTransformerEncoder
-from indexer.index import MANIFEST_NAME, KBIndex
-from indexer.lexical import LexicalError, LexicalIndex, tokenize
-from indexer.store import StoreError, VectorStore
-from kb.loader import KnowledgeBase, load_case_file, load_kb
-from kb.schema import Case
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -64,7 +64,9 @@ def test_manifest_records_what_built_it(built):
     assert manifest["dimension"] == 384
     assert manifest["kb_content_hash"] == kb.content_hash
     assert manifest["case_hashes"] == kb.case_hashes
-    assert [(d["case"], d["doc"]) for d in manifest["documents"]] == [(d.case_id, d.name) for d in index.documents]
+    assert [(d["case"], d["doc"]) for d in manifest["documents"]] == [
+        (d.case_id, d.name) for d in index.documents
+    ]
     assert (root / "index" / manifest["vectors_file"]).stat().st_size == manifest["vectors_bytes"]
 
 
@@ -86,12 +88,30 @@ def test_reopen_of_a_valid_index_embeds_nothing(built, caplog):
 
 # (query, expected case) — paraphrases and real error lines; the expected case must exist in the test KB.
 SANITY = [
-    ("ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization`", "kv-cache-no-memory"),
-    ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB during capture_model", "cuda-graph-capture-oom"),
-    ("[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE) ran for 600000 milliseconds", "nccl-timeout-hang"),
-    ("RuntimeError: NCCL error: unhandled system error (run with NCCL_DEBUG=INFO for details)", "nccl-unhandled-system-error"),
-    ("the model's max seq len is larger than the maximum number of tokens that can be stored in KV cache", "max-model-len-exceeds-kv-cache"),
-    ("Free memory on device on startup is less than desired GPU memory utilization", "gpu-memory-held-by-other-process"),
+    (
+        "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization`",
+        "kv-cache-no-memory",
+    ),
+    (
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB during capture_model",
+        "cuda-graph-capture-oom",
+    ),
+    (
+        "[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE) ran for 600000 milliseconds",
+        "nccl-timeout-hang",
+    ),
+    (
+        "RuntimeError: NCCL error: unhandled system error (run with NCCL_DEBUG=INFO for details)",
+        "nccl-unhandled-system-error",
+    ),
+    (
+        "the model's max seq len is larger than the maximum number of tokens that can be stored in KV cache",
+        "max-model-len-exceeds-kv-cache",
+    ),
+    (
+        "Free memory on device on startup is less than desired GPU memory utilization",
+        "gpu-memory-held-by-other-process",
+    ),
 ]
 
 
@@ -105,9 +125,18 @@ def test_hybrid_search_ranks_the_right_case_first(built, query, expected):
 @pytest.mark.parametrize(
     ("query", "expected"),
     [
-        ("vllm crashed because the GPU ran out of memory while recording CUDA graphs", "cuda-graph-capture-oom"),
-        ("tensor parallel workers hang forever in an all-reduce until the NCCL watchdog kills them", "nccl-timeout-hang"),
-        ("a leftover process from an earlier run is still using the graphics card memory", "gpu-memory-held-by-other-process"),
+        (
+            "vllm crashed because the GPU ran out of memory while recording CUDA graphs",
+            "cuda-graph-capture-oom",
+        ),
+        (
+            "tensor parallel workers hang forever in an all-reduce until the NCCL watchdog kills them",
+            "nccl-timeout-hang",
+        ),
+        (
+            "a leftover process from an earlier run is still using the graphics card memory",
+            "gpu-memory-held-by-other-process",
+        ),
     ],
 )
 def test_dense_search_understands_paraphrases(built, query, expected):
@@ -191,8 +220,13 @@ def test_new_and_removed_cases_are_applied_on_open(kb_copy):
     index = KBIndex.open(kb, kb_copy / "index", lambda: counter)
     assert counter.texts_encoded == 3  # the new case: its text + 2 examples
     assert "nccl-timeout-hang" not in index and "test-widget-overheat" in index
-    assert index.search("FluxCapacitorThermalTrip widget overheating", k=3)[0].case_id == "test-widget-overheat"
-    assert all(h.case_id != "nccl-timeout-hang" for h in index.search("Watchdog caught collective operation timeout", 10))
+    assert (
+        index.search("FluxCapacitorThermalTrip widget overheating", k=3)[0].case_id == "test-widget-overheat"
+    )
+    assert all(
+        h.case_id != "nccl-timeout-hang"
+        for h in index.search("Watchdog caught collective operation timeout", 10)
+    )
     fresh = CountingEncoder(real_encoder())
     again = KBIndex.open(kb, kb_copy / "index", lambda: fresh)
     assert again.stats.action == "loaded" and fresh.calls == []
@@ -224,7 +258,12 @@ def test_upsert_and_remove_case(kb_copy):
     assert reopened.stats.action == "loaded" and fresh.calls == []
     # replacing it with one changed example re-embeds one text
     changed = new_case.model_copy(
-        update={"examples": [new_case.examples[0], new_case.examples[1].model_copy(update={"log": "FluxCapacitorThermalTrip again, widget 9"})]}
+        update={
+            "examples": [
+                new_case.examples[0],
+                new_case.examples[1].model_copy(update={"log": "FluxCapacitorThermalTrip again, widget 9"}),
+            ]
+        }
     )
     assert index.upsert_case(changed).encoded == 1
     index.remove_case(new_case.id)
@@ -272,14 +311,26 @@ def test_hnsw_recall_against_exact_search():
 def _synthetic_case(i: int) -> Case:
     words = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet"]
     topic = f"{words[i % 10]} {words[(i * 3) % 10]} {words[(i * 7) % 10]} component{i}"
-    return Case.model_validate({
-        "id": f"synthetic-{i}", "title": f"Synthetic failure {i}", "title_zh": "合成", "area": "serving",
-        "severity": "low", "signatures": [f"SyntheticError{i}"], "cause": f"Made-up cause about {topic} for tests.",
-        "fix": [{"text": f"Restart {topic}."}],
-        "examples": [{"source": f"https://example.invalid/{i}/{j}", "log": f"SyntheticError{i}: {topic} failed ({j})"}
-                     for j in range(2)],
-        "references": [f"https://example.invalid/{i}/{j}" for j in range(2)],
-    })
+    return Case.model_validate(
+        {
+            "id": f"synthetic-{i}",
+            "title": f"Synthetic failure {i}",
+            "title_zh": "合成",
+            "area": "serving",
+            "severity": "low",
+            "signatures": [f"SyntheticError{i}"],
+            "cause": f"Made-up cause about {topic} for tests.",
+            "fix": [{"text": f"Restart {topic}."}],
+            "examples": [
+                {
+                    "source": f"https://example.invalid/{i}/{j}",
+                    "log": f"SyntheticError{i}: {topic} failed ({j})",
+                }
+                for j in range(2)
+            ],
+            "references": [f"https://example.invalid/{i}/{j}" for j in range(2)],
+        }
+    )
 
 
 def test_hnsw_candidate_window_fills_exact_scores(tmp_path, monkeypatch):
@@ -317,8 +368,14 @@ def test_valid_index_opens_and_searches_lexically_without_torch(built):
         print("HEAVY", heavy)
         """
     )
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, timeout=120,
-                         env={**os.environ, "PYTHONPATH": str(REPO)})
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     assert out.returncode == 0, out.stderr
     assert "HEAVY []" in out.stdout
 
@@ -369,7 +426,10 @@ def test_real_encoder_output_is_unit_norm_float32():
         ("export NCCL_SOCKET_IFNAME=eth0", ["nccl_socket_ifname", "nccl", "socket", "ifname", "eth0"]),
         ("libcudnn.so.8: cannot open", ["libcudnn.so.8", "libcudnn", "so", "cannot", "open"]),
         ("No module named 'torch._C'", ["torch._c", "torch", "module", "named"]),
-        ("torch.OutOfMemoryError", ["torch.outofmemoryerror", "torch", "outofmemoryerror", "out", "memory", "error"]),
+        (
+            "torch.OutOfMemoryError",
+            ["torch.outofmemoryerror", "torch", "outofmemoryerror", "out", "memory", "error"],
+        ),
         ("line <num> in <path>/worker.py", ["worker.py", "worker", "py", "line"]),
     ],
 )
@@ -381,11 +441,17 @@ def test_tokenizer_keeps_identifiers(text, expected):
 
 
 def test_lexical_index_round_trip_and_corruption(tmp_path):
-    texts = ["gpu memory utilization too low", "NCCL_SOCKET_IFNAME points at the wrong interface", "libcudnn.so.8 missing"]
+    texts = [
+        "gpu memory utilization too low",
+        "NCCL_SOCKET_IFNAME points at the wrong interface",
+        "libcudnn.so.8 missing",
+    ]
     lexical = LexicalIndex.build(texts)
     lexical.save(tmp_path / "bm25")
     loaded = LexicalIndex.load(tmp_path / "bm25")
-    np.testing.assert_allclose(loaded.scores("nccl_socket_ifname eth0"), lexical.scores("nccl_socket_ifname eth0"))
+    np.testing.assert_allclose(
+        loaded.scores("nccl_socket_ifname eth0"), lexical.scores("nccl_socket_ifname eth0")
+    )
     assert loaded.search("libcudnn.so.8", 3)[1].tolist() == [2]
     assert LexicalIndex.build(["", "   "]).scores("anything").tolist() == [0.0, 0.0]
     for f in (tmp_path / "bm25").glob("*.npy"):

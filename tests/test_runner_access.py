@@ -130,3 +130,29 @@ def test_audit_log_keeps_every_run_under_concurrent_writers(tmp_path):
     with sqlite3.connect(path) as db:
         rows = db.execute("SELECT user_id, COUNT(*), SUM(status = 'done') FROM runs GROUP BY user_id").fetchall()
     assert sorted(rows) == sorted([(f"U{w}", 25, 25) for w in (0, 1, 2, 3, 10, 11)])
+
+
+def test_parse_chat_request():
+    from bot.runner import parse_request
+
+    req = parse_request("gpu01 gpu server.metrics tier 1")
+    assert (req.target, req.checks, req.max_tier) == ("gpu01", ("gpu", "server.metrics"), 1)
+    assert parse_request("  fleet  ").checks == () and parse_request("fleet --tier 2").max_tier == 2
+    for bad in ["gpu01; id", "gpu01 $(id)", "gpu01 gpu;reboot", "gpu01 tier 5x", ""]:
+        with pytest.raises(InvalidTarget):
+            parse_request(bad)
+
+
+def test_run_diagnosis_works_inside_a_running_event_loop(tmp_path):
+    import asyncio
+    import sys
+
+    settings = Settings(runner_audit_db=tmp_path / "a.db", runner_local_python=sys.executable)
+    messages: list[str] = []
+
+    async def from_async_code():
+        return run_diagnosis("", settings=settings, local=True, checks=["system.shm"], progress=messages.append)
+
+    report = asyncio.run(from_async_code())
+    assert report.hosts[0].checks[0].id == "system.shm" and report.hosts[0].checks[0].verdict in ("ok", "warn", "fail")
+    assert messages[0].endswith(": connected") and any("1/1 system.shm" in m for m in messages)

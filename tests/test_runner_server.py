@@ -98,9 +98,12 @@ def test_server_checks_against_the_real_server(live, settings):
     assert metrics.verdict in ("ok", "warn") and 0 <= metrics.facts["kv_cache_usage"] <= 1
     assert metrics.facts["running"] >= 1 and metrics.facts["served_models"] == ["tiny"]
     assert checks["server.port"].verdict == "ok" and checks["server.port"].message.startswith(f"vLLM listens on port {live.port}")
-    process = checks["server.process"]  # the harness starts vLLM with --enforce-eager
-    assert (process.verdict, process.cases) == ("warn", ["enforce-eager-cuda-graphs-off"]), process.message
-    assert f"--port {live.port}" in process.message
+    process = checks["server.process"]
+    assert f"pid {live.pid}," in process.message and f"--port {live.port}" in process.message
+    if process.facts["server_count"] == 1:  # the harness starts vLLM with --enforce-eager
+        assert (process.verdict, process.cases) == ("warn", ["enforce-eager-cuda-graphs-off"]), process.message
+    else:  # another vLLM server runs on this machine (a parallel test or benchmark)
+        assert (process.verdict, process.cases) == ("warn", ["gpu-memory-held-by-other-process"]), process.message
 
 
 @pytest.mark.vllm
@@ -127,8 +130,8 @@ def test_real_vllm_install_and_import_probe(live, settings):
 @pytest.mark.vllm
 @pytest.mark.sshd
 def test_server_checks_through_sshd(live, tmp_path):
-    from runner_support import start_fleet
-    from sshd_support import require_sshd
+    from tests.runner_support import start_fleet
+    from tests.sshd_support import require_sshd
 
     require_sshd()
     fleet = start_fleet(tmp_path, {"gpu-serving": ("127.0.0.1", "healthy")},

@@ -288,7 +288,7 @@ def test_known_hosts_none_in_ssh_config_cannot_disable_verification(tmp_path, ca
         host = FakeHost({("nvidia-smi",): (SMI, 0)}, {"nvidia-smi"})
         port = await host.start(pub)
         config = tmp_path / "ssh_config"
-        config.write_text(f"Host *\n  UserKnownHostsFile none\n  StrictHostKeyChecking no\n")
+        config.write_text("Host *\n  UserKnownHostsFile none\n  StrictHostKeyChecking no\n")
         empty = tmp_path / "known_hosts"
         empty.write_text("")
         connector = SSHConnector(known_hosts=empty, ssh_config=config)
@@ -307,3 +307,15 @@ def test_missing_known_hosts_file_is_a_config_error(tmp_path):
 
     with pytest.raises(ConfigError, match="known_hosts file .* does not exist"):
         SSHConnector(known_hosts=tmp_path / "nope", ssh_config=None)
+
+
+def test_missing_sshd_fails_on_ci_and_skips_locally(monkeypatch):
+    from tests import sshd_support
+
+    monkeypatch.setattr(sshd_support, "sshd_path", lambda: None)
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="CI must install it"):
+        sshd_support.require_sshd()
+    monkeypatch.delenv("CI")
+    with pytest.raises(pytest.skip.Exception, match="openssh-server"):
+        sshd_support.require_sshd()

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from runner_support import spawn_orphan_vllm_worker, spawn_port_squatter, start_fleet
-from sshd_support import require_sshd
 
 from bot.runner import run_diagnosis
 from bot.runner.audit import AuditLog
+from tests.runner_support import spawn_orphan_vllm_worker, spawn_port_squatter, start_fleet
+from tests.sshd_support import require_sshd
 
 pytestmark = pytest.mark.sshd
 REPO = Path(__file__).resolve().parent.parent
@@ -148,6 +148,9 @@ def test_json_shape_and_secrets(report):
     assert "hf_FAKEtestTOKEN" not in raw and "hf_FAKEtestTOKEN" not in report.to_json()
     assert "HF_TOKEN=[REDACTED:hf-token]" in raw
     assert report.host("gpu-healthy").check("env.hf_access").message.startswith("HF token set in HF_TOKEN")
+    facts = report.facts_for_prompt("gpu-small-shm")
+    assert facts.splitlines()[0].startswith("gpu-small-shm system.shm [fail]: /dev/shm is only 64 MiB")
+    assert "hf_FAKE" not in report.facts_for_prompt()
 
 
 def test_fleet_run_is_fast_and_audited(report, fleet):
@@ -161,10 +164,10 @@ def test_fleet_run_is_fast_and_audited(report, fleet):
 def test_hung_command_is_killed_on_the_host(fleet, tmp_path):
     checks = tmp_path / "checks"
     checks.mkdir()
-    (checks / "gpu.yaml").write_text((
+    (checks / "gpu.yaml").write_text(
         "area: gpu\nchecks:\n  - id: gpu.driver\n    title: driver answers\n    tier: 0\n    argv: [nvidia-smi]\n"
         "    timeout_s: 2\n    requires: [nvidia-smi]\n    parser: nvidia_smi_header\n"
-        "    rules: [{verdict: ok, message: 'driver {driver_version}'}]\n"))
+        "    rules: [{verdict: ok, message: 'driver {driver_version}'}]\n")
     settings = fleet.settings.model_copy(update={"runner_checks_dir": checks})
     started = time.monotonic()
     report = run_diagnosis("gpu-hung", settings=settings)

@@ -5,6 +5,7 @@ Public API (synchronous; safe to call from worker threads and from inside a runn
     run_diagnosis(target, settings=…, checks=None, max_tier=0, local=False, progress=None) -> DiagnosisReport
     resolve_target(target, settings) -> list[Host]       # refuses anything but an inventory name
     authorize(user_id, channel_id, usergroup_ids, target, settings, max_tier=0) -> list[Host]
+    parse_request("host01 gpu server.metrics tier 1") -> DiagnoseRequest(target, checks, max_tier)
 
 Flow: access.py (target, who) -> inventory.py -> catalogue.py (select checks) -> engine.py over
 ssh.py | local.py -> parsers/ + rules.py -> report.py; audit.py records every run.
@@ -21,12 +22,20 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from bot.errors import UserInputError
-from bot.runner.access import authorize, inventory_from_settings, resolve_target, validate_target
+from bot.runner.access import (
+    DiagnoseRequest,
+    authorize,
+    inventory_from_settings,
+    parse_request,
+    resolve_target,
+    validate_target,
+)
 from bot.runner.inventory import Host, Inventory, load_inventory
 from bot.runner.report import CheckResult, DiagnosisReport, HostReport
 
 __all__ = [
     "CheckResult",
+    "DiagnoseRequest",
     "DiagnosisReport",
     "Host",
     "HostReport",
@@ -34,6 +43,7 @@ __all__ = [
     "authorize",
     "load_inventory",
     "local_host",
+    "parse_request",
     "resolve_target",
     "run_diagnosis",
     "validate_target",

@@ -8,7 +8,9 @@ if a `runner_access` rule grants it (bot/settings.py RunnerAccessRule).
 
 from __future__ import annotations
 
+import re
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 
 from bot.errors import ConfigError, InvalidTarget, PermissionDenied
@@ -31,6 +33,48 @@ def validate_target(target: str) -> str:
             "what you type is only looked up in the inventory, never run."
         )
     return name
+
+
+_CHECK_NAME_RE = re.compile(r"^[a-z]+(?:\.[a-z0-9_]+)?$")
+
+
+@dataclass(frozen=True)
+class DiagnoseRequest:
+    target: str
+    checks: tuple[str, ...] = ()  # check ids or areas; empty = the whole catalogue up to max_tier
+    max_tier: int = 0
+
+
+def parse_request(text: str) -> DiagnoseRequest:
+    """Chat text `host01 [check|area …] [tier N]` -> a validated request (InvalidTarget otherwise).
+
+    Only names come out of this: the target as an inventory name, checks as catalogue names. Unknown
+    check names are refused later by the catalogue with the list of what exists.
+    """
+    words = (text or "").split()
+    if not words:
+        raise InvalidTarget("usage: `/vllm-diagnose HOST|GROUP [check or area …] [tier 0|1|2]`")
+    target = validate_target(words[0])
+    checks: list[str] = []
+    tier = 0
+    rest = words[1:]
+    i = 0
+    while i < len(rest):
+        word = rest[i].lower()
+        if word in ("tier", "--tier") and i + 1 < len(rest) and rest[i + 1] in ("0", "1", "2"):
+            tier = int(rest[i + 1])
+            i += 2
+            continue
+        if word.startswith("tier=") and word[5:] in ("0", "1", "2"):
+            tier = int(word[5:])
+        elif _CHECK_NAME_RE.match(word):
+            checks.append(word)
+        else:
+            shown = rest[i][:40]
+            raise InvalidTarget(f"{shown!r} is not a check, an area or `tier N`; usage: "
+                                "`/vllm-diagnose HOST|GROUP [check or area …] [tier 0|1|2]`")
+        i += 1
+    return DiagnoseRequest(target, tuple(checks), tier)
 
 
 def inventory_from_settings(settings) -> Inventory:

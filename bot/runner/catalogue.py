@@ -133,7 +133,8 @@ def select_checks(
             elif name in areas:
                 chosen.update(c.id for c in areas[name] if c.tier <= max_tier)
             else:
-                problems.append(f"no check or area named {name!r}")
+                problems.append(f"no check or area named {name!r} (areas: {', '.join(areas)}; "
+                                "`vllm-doctor diagnose --list` shows every check)")
     else:
         chosen = {c.id for c in checks.values() if c.tier <= max_tier}
     stack = list(chosen)

@@ -158,8 +158,9 @@ async def diagnose_host(
             available = await _available_binaries(session, wanted)
         except RunnerError as exc:
             report.error, report.error_kind = f"{host.name}: {exc}", "RunnerError"
+            report.duration_s = time.monotonic() - start
             return report
-        done = 0
+        done = len(results)  # skipped for missing inventory fields
         total = len(checks)
 
         async def run_plan(spec: CommandSpec, group: list[Check]) -> None:
@@ -181,6 +182,8 @@ async def diagnose_host(
         await asyncio.gather(*(run_plan(spec, group) for spec, group in plans.items()))
         for check in _derived_in_order(checks):
             results[check.id] = judge_derived(check, results, facts, host)
+            done += 1
+            say(f"{host.name}: {done}/{total} {check.id} {results[check.id].verdict}")
     finally:
         await session.close()
     report.checks = [results[c.id] for c in checks]

@@ -140,7 +140,7 @@ class SSHConnector:
             except asyncssh.PermissionDenied as exc:
                 user = host.user or "the configured user"
                 raise AuthFailed(f"{host.name}: SSH authentication failed for {user}@{where} ({exc.reason})") from exc
-            except (TimeoutError, asyncio.TimeoutError) as exc:
+            except TimeoutError as exc:
                 raise HostUnreachable(f"{host.name}: no SSH answer from {where} within {self._connect_timeout:g} s") from exc
             except asyncssh.DisconnectError as exc:
                 raise HostUnreachable(f"{host.name}: {where} closed the SSH connection ({exc.reason})") from exc

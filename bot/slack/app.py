@@ -134,6 +134,7 @@ class HttpServer:
             channel_timeout=60,
         )
         self._thread: threading.Thread | None = None
+        self._closing = False
 
     @property
     def port(self) -> int:
@@ -144,7 +145,11 @@ class HttpServer:
         return f"http://{self._server.effective_host}:{self.port}"
 
     def serve_forever(self) -> None:
-        self._server.run()
+        try:
+            self._server.run()
+        except OSError:
+            if not self._closing:  # close() from another thread can leave the poll on a closed socket
+                raise
 
     def start(self) -> HttpServer:
         self._thread = threading.Thread(target=self.serve_forever, name="http-server", daemon=True)
@@ -152,6 +157,7 @@ class HttpServer:
         return self
 
     def close(self) -> None:
+        self._closing = True
         self._server.task_dispatcher.shutdown()
         wasyncore.close_all(self._server._map)  # empties the loop's map, so run() returns
         if self._thread is not None:

@@ -146,38 +146,59 @@ def test_review_needs_a_reviewer_and_allows_one_decision(grow_settings: Any, eng
     assert engine.diagnose(NOFILE_LOG).best.case_id == approval.applied.written.case.id
 
 
-def test_feedback_prior_is_bounded_and_a_flood_by_one_user_moves_nothing(growth: Any, engine: Any) -> None:
+def _score(match: Any) -> float:
+    """The ranking score (Match.score may be capped for display when two candidates are close)."""
+    return float(match.scores["score"])
+
+
+def _close_pair(engine: Any) -> tuple[Any, str, Any, Any]:
+    """A query without signature hits whose two best candidates are within 0.045 of each other."""
     from bot.distill import distill
 
-    # find a paste whose two best retrieval-only candidates are within MAX_PRIOR of each other
     plain = Matcher(engine.kb, engine.index, engine.thresholds)
-    close = None
     for case in engine.kb.cases:
-        verdict, matches = plain.match(distill(case.title), mode="bm25")
-        if len(matches) >= 2 and 0 < matches[0].score - matches[1].score < MAX_PRIOR * 0.6:
-            close = (distill(case.title), matches[0], matches[1])
-            break
-    assert close is not None, "no pair of close candidates in the KB to test the prior on"
-    distilled, first, second = close
+        for query in (case.title, case.fix[0].text, " ".join(case.keywords)):
+            if not query.strip():
+                continue
+            for mode in ("hybrid", "bm25"):
+                ranked = plain.match(distill(query), mode=mode)[1]
+                if any(m.signature_hit for m in ranked):  # signature hits rank first whatever the prior
+                    continue
+                if len(ranked) >= 2 and 0 < _score(ranked[0]) - _score(ranked[1]) < 0.045:
+                    return distill(query), mode, ranked[0], ranked[1]
+    raise AssertionError("no two cases within 0.045 of each other for any KB title or fix step")
+
+
+def test_feedback_prior_is_bounded_and_a_flood_by_one_user_counts_once(growth: Any, engine: Any, tmp_path: Path) -> None:
+    from bot.kbstore.db import Database
+    from bot.kbstore.feedback import FeedbackStore
+
+    distilled, mode, first, second = _close_pair(engine)
     for n in range(300):  # one user floods "Didn't help" on the leader and "Fixed it" on the runner-up
         growth.vote(answer_id=f"f{n}", user_id="UFLOOD", value="not_helpful", case_id=first.case_id, verdict="uncertain", channel="C1")
         growth.vote(answer_id=f"g{n}", user_id="UFLOOD", value="fixed", case_id=second.case_id, verdict="uncertain", channel="C1")
-    priors = growth.feedback.priors()
-    assert abs(priors[first.case_id]) <= MAX_PRIOR / 3 + 1e-9 and abs(priors[second.case_id]) <= MAX_PRIOR / 3 + 1e-9
-    with_flood = Matcher(engine.kb, engine.index, engine.thresholds, priors=priors).match(distilled, mode="bm25")[1]
-    assert with_flood[0].case_id == first.case_id  # one person cannot reorder
-    for n in range(12):  # twelve different people agree
+    single = FeedbackStore(Database(tmp_path / "single.sqlite3"))  # the same user voting once on each
+    single.vote(answer_id="f", user_id="UFLOOD", value="not_helpful", case_id=first.case_id, verdict="uncertain", channel="C1")
+    single.vote(answer_id="g", user_id="UFLOOD", value="fixed", case_id=second.case_id, verdict="uncertain", channel="C1")
+    flood = growth.feedback.priors()
+    assert dict(flood) == pytest.approx(dict(single.priors()))
+    assert flood[second.case_id] == pytest.approx(MAX_PRIOR / 3) and flood[first.case_id] == pytest.approx(-MAX_PRIOR / 3)
+    flooded = Matcher(engine.kb, engine.index, engine.thresholds, priors=flood).match(distilled, mode=mode)[1]
+    once = Matcher(engine.kb, engine.index, engine.thresholds, priors=single.priors()).match(distilled, mode=mode)[1]
+    assert [(m.case_id, _score(m)) for m in flooded] == [(m.case_id, _score(m)) for m in once]
+
+    for n in range(20):  # twenty different people agree: the runner-up overtakes, by at most MAX_PRIOR each way
         growth.vote(answer_id=f"h{n}", user_id=f"U{n}", value="not_helpful", case_id=first.case_id, verdict="uncertain", channel="C1")
         growth.vote(answer_id=f"i{n}", user_id=f"U{n}", value="fixed", case_id=second.case_id, verdict="uncertain", channel="C1")
-    ranked = Matcher(engine.kb, engine.index, engine.thresholds, priors=growth.feedback.priors()).match(distilled, mode="bm25")[1]
-    assert [m.case_id for m in ranked[:2]] == [second.case_id, first.case_id]
+    ranked = Matcher(engine.kb, engine.index, engine.thresholds, priors=growth.feedback.priors()).match(distilled, mode=mode)[1]
     moved = {m.case_id: m for m in ranked}
-    assert moved[second.case_id].score - second.score <= MAX_PRIOR + 1e-6
-    assert first.score - moved[first.case_id].score <= MAX_PRIOR + 1e-6
-    huge = Matcher(engine.kb, engine.index, engine.thresholds, priors={second.case_id: 5.0}).match(distilled, mode="bm25")[1]
-    assert {m.case_id: m for m in huge}[second.case_id].score == pytest.approx(min(1.0, second.score + MAX_PRIOR), abs=1e-3)
-    assert growth.outcome_text(second.case_id) == "solved 13 of 13"
-    assert growth.outcome_text(first.case_id) == "solved 0 of 13"
+    assert ranked[0].case_id == second.case_id and _score(moved[second.case_id]) > _score(moved[first.case_id])
+    assert 0 < _score(moved[second.case_id]) - _score(second) < MAX_PRIOR
+    assert 0 < _score(first) - _score(moved[first.case_id]) < MAX_PRIOR
+    huge = Matcher(engine.kb, engine.index, engine.thresholds, priors={second.case_id: 5.0}).match(distilled, mode=mode)[1]
+    assert _score({m.case_id: m for m in huge}[second.case_id]) == pytest.approx(_score(second) + MAX_PRIOR, abs=1e-3)
+    assert growth.outcome_text(second.case_id) == "solved 21 of 21"
+    assert growth.outcome_text(first.case_id) == "solved 0 of 21"
 
 
 def test_a_signature_hit_outranks_any_feedback(growth: Any, engine: Any) -> None:

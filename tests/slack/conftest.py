@@ -4,12 +4,21 @@ server (waitress) on a free port, signed requests sent with urllib. The engine i
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_slack import FakeSlack
-from slack_support import SlackSender, bot_settings, kb_store
+
+# The shared harness modules (vllm_support, vllm_server) live in tests/; make them importable whether or
+# not tests/ is a package and whichever subset of the suite runs.
+_TESTS_DIR = str(Path(__file__).resolve().parent.parent)
+if _TESTS_DIR not in sys.path:
+    sys.path.append(_TESTS_DIR)
+
+from fake_slack import FakeSlack  # noqa: E402
+from slack_support import SlackSender, bot_settings, kb_store  # noqa: E402
 
 
 @pytest.fixture

@@ -53,7 +53,7 @@ def vllm_processes(out: Output) -> Facts:
             continue
         pid, _ppid, etimes, args = cells
         if _SERVER_RE.search(args):
-            servers.append(f"pid {pid}, up {_uptime(int(to_number(etimes) or 0))}: {args[:200]}")
+            servers.append(f"pid {pid}, up {_uptime(int(to_number(etimes) or 0))}: {args[:400]}")
             first = first or args.split()
         else:
             helpers += 1

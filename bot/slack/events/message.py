@@ -46,9 +46,10 @@ def message(deps: SlackDeps) -> Callable[..., None]:
             return
         if event["channel"] in deps.watch_channels:
             log_files = [f for f in files if _LOG_FILE_RE.search(str(f.get("name") or f.get("title") or ""))]
-            if looks_like_error_log(plain) or log_files:
-                deps.workers.submit(
-                    diagnose_and_answer, deps, client, LogRequest(where, plain, log_files, only_if_log_like=bool(log_files) and not looks_like_error_log(plain))
-                )
+            text_is_log = looks_like_error_log(plain)
+            if text_is_log or log_files:
+                # a file named like a log is only answered if its content turns out to be an error log
+                request = LogRequest(where, plain, log_files, only_if_log_like=not text_is_log)
+                deps.workers.submit(diagnose_and_answer, deps, client, request)
 
     return on_message

@@ -1,2 +1,2 @@
 # vLLM processes: API servers and the EngineCore/Worker processes they spawn. grep exits 1 if none.
-ps -eo pid=,ppid=,etimes=,args= | grep -E 'vllm[ ]+serve|vllm[.]entrypoints|VLLM[:][:]|-m vllm( |$)'
+ps -ww -eo pid=,ppid=,etimes=,args= | grep -E 'vllm[ ]+serve|vllm[.]entrypoints|VLLM[:][:]|-m vllm( |$)'
