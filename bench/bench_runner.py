@@ -25,7 +25,6 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from bot.runner import run_diagnosis  # noqa: E402
 from tests.runner_support import start_fleet  # noqa: E402

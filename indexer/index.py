@@ -569,31 +569,32 @@ class KBIndex:
         """Swap in a new document list (upsert/remove/rebuild), embedding only what is new."""
         started = time.perf_counter()
         old_keys = [d.sha256 for d in state.docs]
-        vectors_by_sha: dict[str, np.ndarray] = {}
+        old_row: dict[str, int] = {}
         if reuse:
-            old_vectors = state.store.vectors()
             for row, sha in enumerate(old_keys):
-                vectors_by_sha.setdefault(sha, old_vectors[row])
-        to_encode = list({d.sha256: d for d in docs if d.sha256 not in vectors_by_sha}.values())
-        encoded = self._encode([d.text for d in to_encode])
-        for doc, vec in zip(to_encode, encoded, strict=True):
-            vectors_by_sha[doc.sha256] = vec
+                old_row.setdefault(sha, row)
+        to_encode = list({d.sha256: d for d in docs if d.sha256 not in old_row}.values())
+        encoded = dict(
+            zip([d.sha256 for d in to_encode], self._encode([d.text for d in to_encode]), strict=True)
+        )
         kind = self._wanted_kind(len(docs))
         new_keys = [d.sha256 for d in docs]
+        empty = np.zeros((0, state.dim), np.float32)
         if reuse and kind == state.store.kind == "hnsw" and new_keys[: len(old_keys)] == old_keys:
             # pure append (a new case) to a graph that takes seconds to rebuild: grow it in place.
             # Searches on the old state skip the new rows (row >= their document count).
-            appended = [vectors_by_sha[s] for s in new_keys[len(old_keys) :]]
+            tail = new_keys[len(old_keys) :]
             with self._store_lock:
-                state.store.add(np.vstack(appended) if appended else np.zeros((0, state.dim), np.float32))
+                known = state.store.reconstruct([old_row[s] for s in tail if s in old_row])
+                known_by_sha = dict(zip([s for s in tail if s in old_row], known, strict=True))
+                appended = [encoded[s] if s in encoded else known_by_sha[s] for s in tail]
+                state.store.add(np.vstack(appended) if appended else empty)
             store = state.store
         else:  # flat: a fresh copy costs milliseconds and never touches the store searches are using
-            matrix = (
-                np.vstack([vectors_by_sha[s] for s in new_keys])
-                if docs
-                else np.zeros((0, state.dim), np.float32)
-            )
-            store = VectorStore.build(matrix, kind, dim=state.dim)
+            with self._store_lock:
+                old_vectors = state.store.vectors() if old_row else empty
+            rows = [encoded[s] if s in encoded else old_vectors[old_row[s]] for s in new_keys]
+            store = VectorStore.build(np.vstack(rows) if rows else empty, kind, dim=state.dim)
         lexical = LexicalIndex.build([d.text for d in docs])
         new_state = _State.assemble(docs, hashes, store, lexical, state.model_id)
         with self._file_lock_for_write():

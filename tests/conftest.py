@@ -43,3 +43,8 @@ def healthy_logs() -> dict[str, str]:
     logs = {p.name: p.read_text(encoding="utf-8") for p in sorted(HEALTHY_DIR.glob("*.log"))}
     assert logs, f"no healthy start-up logs in {HEALTHY_DIR}"
     return logs
+
+
+# The real vLLM CPU server (session-scoped; started on first use, stopped at the end). Shared by the LLM,
+# Slack and runner tests; fails loudly under CI=true when its venv is missing.
+from vllm_support import vllm_server  # noqa: E402,F401

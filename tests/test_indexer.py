@@ -324,7 +324,7 @@ def _synthetic_case(i: int) -> Case:
             "examples": [
                 {
                     "source": f"https://example.invalid/{i}/{j}",
-                    "log": f"SyntheticError{i}: {topic} failed ({j})",
+                    "log": f"SyntheticError{i}: {topic} failed {('at start-up', 'while serving')[j]}",
                 }
                 for j in range(2)
             ],
@@ -493,3 +493,18 @@ def test_empty_kb_gives_an_empty_index(tmp_path):
     index = KBIndex.open(load_kb(tmp_path), tmp_path / "idx", HashingEncoder)
     assert len(index) == 0 and index.search("anything") == [] and index.lexical_search("x") == []
     assert KBIndex.open(load_kb(tmp_path), tmp_path / "idx", HashingEncoder).stats.action == "loaded"
+
+
+def test_hnsw_add_remove_and_reopen(tmp_path):
+    cases = tuple(_synthetic_case(i) for i in range(20))
+    index = KBIndex.open(KnowledgeBase(cases, "x", {}), tmp_path / "idx", HashingEncoder, store_kind="hnsw")
+    new = _synthetic_case(20)
+    assert index.upsert_case(new).encoded == 3  # appended to the graph in place
+    hit = index.dense_search(new.examples[1].log, 1)[0]
+    assert (hit.case_id, hit.best_doc, round(hit.dense, 4)) == ("synthetic-20", "example:1", 1.0)
+    assert index.lexical_search("component20", 1)[0].case_id == "synthetic-20"
+    grown = KnowledgeBase((*cases, new), "y", {})
+    assert KBIndex.open(grown, tmp_path / "idx", HashingEncoder, store_kind="hnsw").stats.action == "loaded"
+    assert index.remove_case("synthetic-3").encoded == 0  # a removal rebuilds the graph from stored vectors
+    assert "synthetic-3" not in {h.case_id for h in index.search(cases[3].examples[0].log, 10)}
+    assert index.store_kind == "hnsw"

@@ -38,3 +38,17 @@ def test_each_example_is_diagnosed_as_its_case(doctor, case_id: str, n: int, log
     else:
         assert ids and ids[0] == case_id, f"{case_id}#{n} ranked {ids[:3]} ({d.verdict})"
         assert d.verdict == "match"
+
+
+def test_case_checks_exist_and_point_back() -> None:
+    """A case's `checks` are real catalogue ids, and each such check names the case among its rules."""
+    from kb.checks_schema import load_checks
+
+    referenced = load_checks().referenced_cases()
+    for case in KB.cases:
+        for check_id in case.checks:
+            assert check_id in referenced, f"{case.id}: unknown check {check_id!r}"
+            assert case.id in referenced[check_id], f"{case.id}: check {check_id} never points to this case"
+    for check_id, case_ids in referenced.items():
+        for case_id in case_ids:
+            assert check_id in KB.by_id()[case_id].checks, f"{case_id} should list {check_id} in `checks`"

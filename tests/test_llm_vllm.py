@@ -162,9 +162,10 @@ class _KillDuringChat(LLMClient):
     def __init__(self, server):
         super().__init__(server.base_url)
         self.server = server
+        self.killer = threading.Timer(0.2, server.kill)
 
     def chat(self, *args, **kwargs):
-        threading.Timer(0.2, self.server.kill).start()
+        self.killer.start()
         return super().chat(*args, **kwargs)
 
 
@@ -173,12 +174,14 @@ def test_server_killed_mid_request_then_circuit_opens(live):
     """Restarts the shared server twice (~70 s); keep it the last test of this module."""
     try:
         # 1. non-streaming request in flight when the server dies
-        exp = Explainer(_KillDuringChat(live), timeout_s=20)
+        client = _KillDuringChat(live)
+        exp = Explainer(client, timeout_s=20)
         started = time.monotonic()
         out = exp.explain(make_diagnosis(), kb_cases(*CASES))
         killed_at = started  # the kill comes 0.2 s into the chat request
         assert out.source == "kb" and out.note.startswith("LLM unavailable (cannot reach"), out.note
-        assert not live.is_running()
+        client.killer.join(timeout=15)
+        assert client.killer.finished.is_set() and not live.is_running()
         assert time.monotonic() - killed_at < 8
 
         # 2. streaming request: killed after the first chunk

@@ -49,7 +49,7 @@ def test_local_run_on_this_machine(settings, monkeypatch, tmp_path):
 
 def test_offline_mode_with_an_empty_cache_fails(settings, monkeypatch, tmp_path):
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "true")  # "1" would look like the CLI's own default (local.py)
     result = run_diagnosis("", settings=settings, local=True, checks=["env.hf_access"]).hosts[0].checks[0]
     assert result.verdict == "fail" and result.cases == ["hf-offline-no-cache"]
     (tmp_path / "hf" / "hub" / "models--org--tiny").mkdir(parents=True)
@@ -87,3 +87,15 @@ def test_cli_local_json(tmp_path):
     usage = subprocess.run([sys.executable, "-m", "bot.cli", "diagnose", "--local", "gpu01"],
                            cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
     assert usage.returncode == 2 and "not both" in usage.stderr
+
+
+def test_the_doctors_own_env_defaults_do_not_leak_into_local_probes(tmp_path):
+    """bot/cli.py sets HF_HUB_OFFLINE=1 for itself; `diagnose --local` must report the user's environment."""
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(tmp_path), "VLLM_DOCTOR_AUDIT_DB": str(tmp_path / "a.db")}
+    out = subprocess.run([sys.executable, "-m", "bot.cli", "diagnose", "--local", "--json", "--check", "env.hf_access"],
+                         cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    check = json.loads(out.stdout)["hosts"][0]["checks"][0]
+    assert "offline" not in check["message"].split(";")[0] and check["verdict"] == "warn", check
+    out = subprocess.run([sys.executable, "-m", "bot.cli", "diagnose", "--local", "--json", "--check", "env.hf_access"],
+                         cwd=REPO, env={**env, "HF_HUB_OFFLINE": "1"}, capture_output=True, text=True, timeout=120)
+    assert json.loads(out.stdout)["hosts"][0]["checks"][0]["cases"] == ["hf-offline-no-cache"]

@@ -8,12 +8,39 @@ import os
 import signal
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 from bot.runner.inventory import Host
 from bot.runner.transport import CLIENT_GRACE_S, CommandResult, clip
 
+# bot/cli.py sets these (setdefault) for the doctor's OWN model loading. A local probe must see the
+# user's environment, not ours: drop them unless they were there when this process started.
+_DOCTOR_DEFAULTS = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+
+
+def _startup_names() -> set[str] | None:
+    """Names in the environment this process was started with (Linux /proc), None if unknown."""
+    try:
+        raw = Path("/proc/self/environ").read_bytes()
+    except OSError:
+        return None
+    return {item.split(b"=", 1)[0].decode("utf-8", "replace") for item in raw.split(b"\0") if b"=" in item}
+
+
+def probe_environment() -> dict[str, str]:
+    env = dict(os.environ)
+    startup = _startup_names()
+    if startup is not None:
+        for name, value in _DOCTOR_DEFAULTS.items():
+            if env.get(name) == value and name not in startup:
+                del env[name]
+    return env
+
 
 class LocalSession:
+    def __init__(self) -> None:
+        self._env = probe_environment()
+
     async def run(self, argv: Sequence[str], *, stdin: str | None, timeout_s: float) -> CommandResult:
         start = time.monotonic()
         try:
@@ -23,6 +50,7 @@ class LocalSession:
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
                 start_new_session=True,
+                env=self._env,
             )
         except OSError as exc:
             return CommandResult(None, "", "", time.monotonic() - start, error=f"cannot start {argv[0]}: {exc.strerror}")
