@@ -151,7 +151,7 @@ class Doctor:
         cases = self._top_cases(diagnosis)
         explainer = self.explainer if use_llm else None
         if explainer is None:
-            return kb_only_explanation(diagnosis, cases, language=language, note=None)
+            return kb_only_explanation(diagnosis, cases, language=language, note=None, setting=self.settings.llm_language)
         return explainer.explain(diagnosis, cases, host_facts=host_facts, language=language)
 
     def explain_stream(
@@ -161,6 +161,8 @@ class Doctor:
 
         cases = self._top_cases(diagnosis)
         if self.explainer is None:
-            yield kb_only_explanation(diagnosis, cases, language=language, note=None)
+            yield kb_only_explanation(
+                diagnosis, cases, language=language, note=None, setting=self.settings.llm_language
+            )
             return
         yield from self.explainer.stream(diagnosis, cases, host_facts=host_facts, language=language)

@@ -7,9 +7,9 @@ stay visible, because they help a reader understand the log.
 Speed and safety on large pastes (10 MB):
 - a pattern either begins with a literal (the engine then jumps between its occurrences) or has
   literal trigger strings, and runs only if one of them occurs in the lower-cased text;
-- every pattern starts at a literal or a short bounded prefix and uses bounded quantifiers over
-  disjoint character classes, so no pattern can backtrack catastrophically: the work per start position
-  is bounded and the total is linear in the text length.
+- every quantifier is bounded, and where two could trade characters the first is possessive or atomic,
+  so no pattern can backtrack catastrophically: the work per start position is bounded and the total is
+  linear in the text length (tests/test_redact.py feeds hostile 2 MB inputs).
 
 What is deliberately NOT redacted: hex addresses, sha256 digests, UUIDs, request ids, version strings,
 host names and IP addresses. They carry diagnostic value and are not credentials.

@@ -121,6 +121,7 @@ class IndexStats:
     seconds: float
     persisted: bool
     reason: str = ""
+    embed_seconds: float = 0.0  # part of `seconds` spent in the encoder
 
 
 # --------------------------------------------------------------------------------------------------
@@ -215,6 +216,7 @@ class KBIndex:
         self._state: _State | None = None
         self._persistent = True
         self._write_problem = ""  # why the directory cannot be written, once known
+        self._embed_seconds = 0.0  # encoder time of the current operation (for IndexStats)
         self._mutex = threading.RLock()  # one mutation at a time; lazy encoder creation
         self._store_lock = threading.Lock()  # faiss: no search while an HNSW graph grows in place
         self.stats: IndexStats | None = None
@@ -427,6 +429,7 @@ class KBIndex:
     def _sync(self, cases: list[Case], force_rebuild: bool) -> None:
         """Bring the stored index in line with `cases` (the open() path)."""
         started = time.perf_counter()
+        self._embed_seconds = 0.0
         docs_by_case = {case.id: case_documents(case) for case in cases}
         hashes = {case.id: case_hash(case) for case in cases}
         lock = self._acquire_lock()
@@ -554,6 +557,7 @@ class KBIndex:
             time.perf_counter() - started,
             self._persistent,
             problem or message,
+            self._embed_seconds,
         )
 
     def _apply(
@@ -568,6 +572,7 @@ class KBIndex:
     ) -> IndexStats:
         """Swap in a new document list (upsert/remove/rebuild), embedding only what is new."""
         started = time.perf_counter()
+        self._embed_seconds = 0.0
         old_keys = [d.sha256 for d in state.docs]
         old_row: dict[str, int] = {}
         if reuse:
@@ -609,6 +614,7 @@ class KBIndex:
             time.perf_counter() - started,
             self._persistent,
             reason,
+            self._embed_seconds,
         )
         return self.stats
 
@@ -618,7 +624,9 @@ class KBIndex:
     def _encode(self, texts: list[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, 0), dtype=np.float32)
+        started = time.perf_counter()
         vectors = np.asarray(self.encoder().encode(texts), dtype=np.float32)
+        self._embed_seconds += time.perf_counter() - started
         if vectors.ndim != 2 or vectors.shape[0] != len(texts):
             raise ValueError(f"encoder returned shape {vectors.shape} for {len(texts)} texts")
         return vectors

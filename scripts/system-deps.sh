@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# System packages the test suite needs: a real OpenSSH sshd (runner integration tests).
+# System packages the test suite needs: a real OpenSSH sshd on 127.0.0.x (runner integration tests),
+# plus ss and ps, which the stand-in GPU hosts use.
 # Idempotent; needs root (CI runs as root). Fails loudly when it cannot install.
 set -euo pipefail
 need=()
 command -v /usr/sbin/sshd >/dev/null 2>&1 || need+=(openssh-server)
 command -v ssh-keygen >/dev/null 2>&1 || need+=(openssh-client)
+command -v ss >/dev/null 2>&1 || need+=(iproute2)
+command -v ps >/dev/null 2>&1 || need+=(procps)
 if ((${#need[@]})); then
   if [[ $(id -u) -ne 0 ]]; then
     echo "missing system packages: ${need[*]} (run as root or install them)" >&2

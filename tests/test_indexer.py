@@ -18,6 +18,7 @@ from indexer.encoder import EncoderUnavailable, HashingEncoder, SentenceTransfor
 from indexer.index import MANIFEST_NAME, KBIndex
 from indexer.lexical import LexicalError, LexicalIndex, tokenize
 from indexer.store import StoreError, VectorStore
+from indexer.text import normalize_log_text
 from kb.loader import KnowledgeBase, load_case_file, load_kb
 from kb.schema import Case
 from tests.indexer_support import (
@@ -500,7 +501,7 @@ def test_hnsw_add_remove_and_reopen(tmp_path):
     index = KBIndex.open(KnowledgeBase(cases, "x", {}), tmp_path / "idx", HashingEncoder, store_kind="hnsw")
     new = _synthetic_case(20)
     assert index.upsert_case(new).encoded == 3  # appended to the graph in place
-    hit = index.dense_search(new.examples[1].log, 1)[0]
+    hit = index.dense_search(normalize_log_text(new.examples[1].log), 1)[0]
     assert (hit.case_id, hit.best_doc, round(hit.dense, 4)) == ("synthetic-20", "example:1", 1.0)
     assert index.lexical_search("component20", 1)[0].case_id == "synthetic-20"
     grown = KnowledgeBase((*cases, new), "y", {})

@@ -156,15 +156,17 @@ def test_real_diagnosis_of_a_100kb_log(live, doctor):
 
 
 class _KillDuringChat(LLMClient):
-    """The real client, but the server is SIGKILLed 0.2 s after the chat request went out, while the
-    model is still writing (a schema-filled answer takes the tiny model well over 0.5 s)."""
+    """The real client; when the chat request goes out the server is frozen (SIGSTOP: it has the
+    connection but cannot answer) and 0.3 s later SIGKILLed, so it dies with the request in flight
+    whatever the length of the answer the random weights would have written."""
 
     def __init__(self, server):
         super().__init__(server.base_url)
         self.server = server
-        self.killer = threading.Timer(0.2, server.kill)
+        self.killer = threading.Timer(0.3, server.kill)
 
     def chat(self, *args, **kwargs):
+        self.server.freeze()
         self.killer.start()
         return super().chat(*args, **kwargs)
 
@@ -178,7 +180,7 @@ def test_server_killed_mid_request_then_circuit_opens(live):
         exp = Explainer(client, timeout_s=20)
         started = time.monotonic()
         out = exp.explain(make_diagnosis(), kb_cases(*CASES))
-        killed_at = started  # the kill comes 0.2 s into the chat request
+        killed_at = started  # the kill comes 0.3 s into the chat request
         assert out.source == "kb" and out.note.startswith("LLM unavailable (cannot reach"), out.note
         client.killer.join(timeout=15)
         assert client.killer.finished.is_set() and not live.is_running()

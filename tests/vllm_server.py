@@ -8,6 +8,7 @@ structured outputs, /metrics); only the text it writes is gibberish.
     server = VLLMServer(make_tiny_model(tmp_dir)).start()   # waits on /health, up to 240 s
     server.base_url                                          # http://127.0.0.1:<port>/v1
     server.kill()                                            # SIGKILL the whole process tree (a crash)
+    server.freeze() / server.thaw()                          # SIGSTOP / SIGCONT the tree (a hung server)
     server.start()                                           # again, same port
     server.stop()                                            # SIGTERM, then SIGKILL after 30 s
 
@@ -215,6 +216,22 @@ class VLLMServer:
                     pass
             psutil.wait_procs(alive, timeout=5)
         self._reap()
+
+    def freeze(self) -> None:
+        """SIGSTOP the whole tree: the server keeps its sockets but answers nothing (a hung server).
+        `thaw()` resumes it; `kill()` works on a frozen server too."""
+        for p in self._tree():
+            try:
+                p.suspend()
+            except psutil.NoSuchProcess:
+                pass
+
+    def thaw(self) -> None:
+        for p in self._tree():
+            try:
+                p.resume()
+            except psutil.NoSuchProcess:
+                pass
 
     def kill(self) -> None:
         """SIGKILL the whole tree at once: what a crashed or OOM-killed server looks like to clients."""

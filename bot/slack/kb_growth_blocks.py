@@ -410,3 +410,10 @@ def home_section(candidates: Sequence[Any], pending: int, limit: int = 8) -> lis
         seen = f" · seen {c.seen}×" if c.seen > 1 else ""
         blocks.append(_context(f"{inline_code(c.summary or '(no error line)', 200)} · {why}{seen}"))
     return blocks
+
+
+def home_section_for(growth: Any, limit: int = 8) -> list[dict[str, Any]]:
+    """home_section() from a bot.kbstore.KBGrowth (for the App Home tab); [] without one."""
+    if growth is None:
+        return []
+    return home_section(growth.candidates.open(limit), growth.submissions.counts().get("pending", 0), limit)

@@ -58,7 +58,7 @@ class Source:
 
 def register(app: Any, deps: SlackDeps, growth: KBGrowth | None = None) -> KBGrowth:
     growth = growth or KBGrowth.from_settings(deps.settings, deps.engine, group_members=_group_lookup(app.client))
-    deps.kb_growth = growth  # type: ignore[attr-defined]  # for the answer/App Home wiring (see docs/kb-growth.md)
+    deps.kb_growth = growth  # answers read outcomes and note unknown logs through it (conversation.py)
     deps.workers.submit(_warm, growth)
     app.shortcut(kbb.SHORTCUT_ADD_TO_KB)(_open_from_shortcut(deps, growth))
     app.action(blocks.ACTION_ADD_KB_CASE)(_open_from_answer(deps, growth))
