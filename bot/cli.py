@@ -1,6 +1,6 @@
 """`vllm-doctor` command line. Imports stay lazy so `kb list` / `kb lint` never load torch.
 
-    vllm-doctor explain [FILE|-] [--json] [--no-llm]      diagnose one log
+    vllm-doctor explain [FILE|-] [--json] [--no-llm] [--host-report REPORT.json]   diagnose one log
     vllm-doctor explain --no-llm --jsonl IN.jsonl         batch contract: one JSON object per input line
     vllm-doctor kb list [--json] | kb lint [DIR] | kb show ID
     vllm-doctor index [--rebuild]
@@ -106,15 +106,30 @@ def _run_jsonl(args: argparse.Namespace) -> int:
     return 0
 
 
+def _host_facts(path: str | None) -> list[str] | None:
+    """Facts from a `vllm-doctor diagnose HOST --json` report, for the LLM prompt."""
+    if path is None:
+        return None
+    from bot.runner.report import load_report
+
+    return load_report(path).facts_for_prompt().splitlines()
+
+
 def cmd_explain(args: argparse.Namespace) -> int:
     if args.jsonl:
+        if args.host_report:
+            raise UserInputError("--host-report explains one log; it does not apply to --jsonl batches")
         return _run_jsonl(args)
+    host_facts = _host_facts(args.host_report)  # a bad report fails before the (slower) diagnosis
     data = _read_input(args.file)
     doctor = _doctor()
     diagnosis = doctor.diagnose(data)
     explanation = None
     if not args.no_llm and doctor.settings.vllm_base_url:
-        explanation = doctor.explain(diagnosis, language=args.lang)
+        explanation = doctor.explain(diagnosis, host_facts=host_facts, language=args.lang)
+    elif host_facts is not None:
+        print("note: --host-report is only used by the LLM explanation, which is off "
+              f"({'--no-llm' if args.no_llm else 'VLLM_BASE_URL is not set'})", file=sys.stderr)
     if args.json:
         print(json.dumps(diagnosis_to_json(diagnosis, explanation), ensure_ascii=False, indent=2))
     else:
@@ -192,6 +207,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--jsonl", metavar="IN.jsonl", help='batch: objects with "id" and "log"; one result line each')
     p.add_argument("--no-llm", action="store_true", help="KB-only answer, do not call the LLM")
     p.add_argument("--lang", choices=["en", "zh"], help="answer language (default: from the paste)")
+    p.add_argument("--host-report", metavar="REPORT.json",
+                   help="output of `vllm-doctor diagnose HOST --json`: its findings go into the LLM prompt")
     p.set_defaults(func=cmd_explain)
 
     p = sub.add_parser("kb", help="knowledge base: list, lint, show, add, search, stats")

@@ -18,6 +18,7 @@ from typing import Literal, Protocol
 
 from bot.models import Distilled, Evidence, LogLine, Match, Verdict
 from kb.loader import KnowledgeBase
+from indexer.text import mask
 from kb.schema import Case
 
 Mode = Literal["hybrid", "bm25", "dense"]
@@ -241,7 +242,7 @@ class Matcher:
         words = self._case_words[case_id]
         ranked = []
         for line in distilled.root_errors or distilled.evidence:
-            overlap = _words(line.text) & words
+            overlap = _words(mask(line.text)) & words  # masked: path fragments are not evidence
             if overlap:
                 ranked.append((len(overlap), line, sorted(overlap)[:6]))
         ranked.sort(key=lambda t: -t[0])

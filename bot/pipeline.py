@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -42,6 +42,7 @@ class Doctor:
         self._encoder_instance: Any = None
         self._matcher: Matcher | None = None
         self._explainer: Explainer | None | bool = False  # False = not resolved yet
+        self._priors: Mapping[str, float] | None = None
         self.thresholds = Thresholds(
             match=settings.match_threshold if settings.match_threshold is not None else Thresholds.match,
             uncertain=(
@@ -89,7 +90,7 @@ class Doctor:
             self._keywords = extra_keywords(signature_literals(kb.cases))
             if self._index is not None:
                 self._index = self._open_index(kb)  # incremental: only changed cases are re-embedded
-                self._matcher = Matcher(kb, self._index, self.thresholds)
+                self._matcher = Matcher(kb, self._index, self.thresholds, priors=self._priors)
             return True
 
     def _encoder(self) -> Any:
@@ -117,8 +118,14 @@ class Doctor:
     def matcher(self) -> Matcher:
         with self._lock:
             if self._matcher is None:
-                self._matcher = Matcher(self._kb, self.index, self.thresholds)
+                self._matcher = Matcher(self._kb, self.index, self.thresholds, priors=self._priors)
             return self._matcher
+
+    def set_priors(self, priors: Mapping[str, float] | None) -> None:
+        """Ranking prior per case from user feedback (bot.kbstore.feedback; clamped in bot.match)."""
+        with self._lock:
+            self._priors = priors
+            self._matcher = None
 
     # -- flow 1: paste → diagnosis -----------------------------------------------------------------
     def diagnose(self, data: str | bytes, mode: Mode = "hybrid") -> Diagnosis:

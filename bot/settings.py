@@ -237,6 +237,26 @@ class Settings(BaseSettings):
         validation_alias=AliasChoices("VLLM_DOCTOR_HTTP_THREADS", "http_threads"),
         description="Request threads of the HTTP server (waitress).",
     )
+    slack_state_db: Path = Field(
+        default_factory=lambda: _default_cache_dir() / "slack-state.sqlite3",
+        validation_alias=AliasChoices("VLLM_DOCTOR_SLACK_STATE_DB", "slack_state_db"),
+        description="SQLite file where the Slack bot keeps what must survive a restart: the answers its buttons "
+        "point to, and the last host diagnosis of each thread (its facts go into later explanations there).",
+    )
+    slack_state_retention_days: float = Field(
+        30.0,
+        gt=0,
+        validation_alias=AliasChoices("VLLM_DOCTOR_SLACK_STATE_RETENTION_DAYS", "slack_state_retention_days"),
+        description="Days the Slack bot keeps answers and thread host diagnoses; buttons on older answers say "
+        "the answer has expired.",
+    )
+    slack_usergroup_cache_s: float = Field(
+        60.0,
+        ge=0,
+        validation_alias=AliasChoices("VLLM_DOCTOR_SLACK_USERGROUP_CACHE", "slack_usergroup_cache_s"),
+        description="Seconds the members of a Slack user group named in VLLM_DOCTOR_RUNNER_ACCESS are cached "
+        "(usergroups.users.list; needs the usergroups:read scope).",
+    )
 
     # --- KB growth (issue 6: cases from Slack/CLI, review, feedback; bot/kbstore/) ----------------------
     kb_db_path: Path = Field(

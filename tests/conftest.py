@@ -25,7 +25,8 @@ def index_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def settings(index_dir: Path):
     from bot.settings import Settings
 
-    return Settings(index_dir=index_dir)
+    # Stores go to temp files too: tests never write ~/.cache/vllm-doctor.
+    return Settings(index_dir=index_dir, kb_db_path=index_dir / "kb-growth.sqlite3")
 
 
 @pytest.fixture(scope="session")

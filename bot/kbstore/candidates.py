@@ -9,6 +9,7 @@ case is added whose signatures match a candidate, the candidate is marked resolv
 from __future__ import annotations
 
 import hashlib
+import re
 import time
 from dataclasses import dataclass
 from typing import Literal
@@ -42,6 +43,17 @@ class Candidate:
     resolved_by: str | None
 
 
+_NUMBERED = re.compile(r"^ *\d+  ")
+
+
+def _without_line_numbers(text: str) -> str:
+    """Answers keep evidence as "  123  line" (bot.slack.blocks.evidence_text); store the lines themselves."""
+    lines = text.splitlines()
+    if lines and all(_NUMBERED.match(line) for line in lines if line.strip()):
+        return "\n".join(_NUMBERED.sub("", line) for line in lines)
+    return text
+
+
 def _fingerprint(text: str) -> tuple[str, str]:
     """(fingerprint, summary) of a log: its root error lines, masked; the first one is the summary."""
     distilled = distill(text)
@@ -69,7 +81,7 @@ class CandidateStore:
         now: float | None = None,
     ) -> Candidate | None:
         """Record (or count again) a log; returns None for a text with nothing in it."""
-        safe = redact(text).strip()
+        safe = redact(_without_line_numbers(text)).strip()
         if not safe:
             return None
         fingerprint, summary = _fingerprint(safe)

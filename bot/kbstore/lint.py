@@ -65,7 +65,8 @@ def healthy_logs(directory: Path | None) -> tuple[tuple[str, tuple[LogLine, ...]
 
 
 @functools.lru_cache(maxsize=4096)
-def _cleaned(text: str) -> tuple[LogLine, ...]:
+def cleaned_lines(text: str) -> tuple[LogLine, ...]:
+    """The lines the matcher scans for signatures, per log text (cached: KB examples are checked often)."""
     return distill(text).cleaned
 
 
@@ -87,7 +88,7 @@ def lint_case(
     report = LintReport()
     scanner = SignatureScanner([case])
     for n, example in enumerate(case.examples, 1):
-        if case.id not in scanner.scan(_cleaned(example.log)):
+        if case.id not in scanner.scan(cleaned_lines(example.log)):
             report.errors.append(
                 Problem("examples", f"example {n} ({example.source}) matches none of the signatures")
             )
@@ -104,7 +105,7 @@ def lint_case(
         if other.id == case.id:
             continue
         for example in other.examples:
-            fired = signature_fires(case, _cleaned(example.log))
+            fired = signature_fires(case, cleaned_lines(example.log))
             if fired:
                 report.overlaps.append(other.id)
                 report.warnings.append(

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from bot.distill import distill
-from bot.kbstore.lint import _cleaned, signature_fires
+from bot.kbstore.lint import cleaned_lines, signature_fires
 from bot.models import Distilled, LogLine, Match
 from bot.redact import redact
 from kb.schema import AREAS, Case
@@ -134,12 +134,10 @@ def generalise(line: str) -> str | None:
     return pattern
 
 
-def _probe_case(pattern: str) -> Case | None:
-    """A throw-away case holding one pattern, so the KB's own scanner can test it."""
-    try:
-        return Case.model_construct(id="suggestion", secondary=False, signatures=[pattern])
-    except Exception:  # noqa: BLE001 - model_construct does not validate; defensive only
-        return None
+def _probe_case(pattern: str) -> Case:
+    """A throw-away case holding one pattern, so the KB's own scanner can test it (not validated: the
+    pattern was compiled above)."""
+    return Case.model_construct(id="suggestion", secondary=False, signatures=[pattern])
 
 
 def suggest_signatures(
@@ -164,12 +162,12 @@ def suggest_signatures(
             continue
         seen.add(pattern)
         probe = _probe_case(pattern)
-        if probe is None or not signature_fires(probe, source_lines):
+        if not signature_fires(probe, source_lines):
             continue
         if any(signature_fires(probe, lines) for _, lines in healthy):
             continue
         overlaps = tuple(
-            o.id for o in others if any(signature_fires(probe, _cleaned(ex.log)) for ex in o.examples)
+            o.id for o in others if any(signature_fires(probe, cleaned_lines(ex.log)) for ex in o.examples)
         )
         good.append(SignatureSuggestion(pattern, root, overlaps))
     good.sort(key=lambda s: (bool(s.overlaps), not _EXC_PREFIX.match(s.line)))  # stable: root order kept

@@ -6,6 +6,7 @@ Public API (synchronous; safe to call from worker threads and from inside a runn
     resolve_target(target, settings) -> list[Host]       # refuses anything but an inventory name
     authorize(user_id, channel_id, usergroup_ids, target, settings, max_tier=0) -> list[Host]
     parse_request("host01 gpu server.metrics tier 1") -> DiagnoseRequest(target, checks, max_tier)
+    load_report("report.json") -> DiagnosisReport        # `diagnose --json` output read back (explain)
 
 Flow: access.py (target, who) -> inventory.py -> catalogue.py (select checks) -> engine.py over
 ssh.py | local.py -> parsers/ + rules.py -> report.py; audit.py records every run.
@@ -31,7 +32,7 @@ from bot.runner.access import (
     validate_target,
 )
 from bot.runner.inventory import Host, Inventory, load_inventory
-from bot.runner.report import CheckResult, DiagnosisReport, HostReport
+from bot.runner.report import CheckResult, DiagnosisReport, HostReport, load_report
 
 __all__ = [
     "CheckResult",
@@ -42,6 +43,7 @@ __all__ = [
     "Inventory",
     "authorize",
     "load_inventory",
+    "load_report",
     "local_host",
     "parse_request",
     "resolve_target",

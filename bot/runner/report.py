@@ -2,13 +2,17 @@
 
 `DiagnosisReport.to_json()` is the stable contract of `vllm-doctor diagnose --json` and of the Slack
 layer: {"hosts": [{"host", "error", "checks": [{"id", "verdict", "message", "cases", "duration_s"}]}]}.
+`load_report(path)` reads it back (`vllm-doctor explain LOG --host-report report.json`).
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+
+from bot.errors import UserInputError
 
 VERDICT_ORDER = ("ok", "skipped", "warn", "timeout", "error", "fail")  # worst last
 VERDICT_ICON = {"ok": "✅", "warn": "⚠️", "fail": "❌", "error": "❗", "timeout": "⏱", "skipped": "➖"}
@@ -109,20 +113,21 @@ class DiagnosisReport:
         return seen
 
     def facts_for_prompt(self, host: str | None = None, max_chars: int = 3000) -> str:
-        """Short, redacted host facts for the explain step: one line per check, failures first."""
-        lines = []
+        """Short, redacted host facts for the explain step: one line per check, failures first (across
+        all hosts of a group, so one healthy host's lines cannot crowd out another's failures)."""
+        ranked: list[tuple[int, str]] = []
         for report in self.hosts:
             if host and report.host != host:
                 continue
             if report.error:
-                lines.append(f"{report.host}: could not be checked: {report.error}")
+                ranked.append((VERDICT_ORDER.index("error"), f"{report.host}: could not be checked: {report.error}"))
                 continue
-            ordered = sorted(report.checks, key=lambda c: -VERDICT_ORDER.index(c.verdict))
-            for c in ordered:
+            for c in report.checks:
                 if c.verdict == "skipped":
                     continue
-                lines.append(f"{report.host} {c.id} [{c.verdict}]: {c.message}")
-        text = "\n".join(lines)
+                ranked.append((VERDICT_ORDER.index(c.verdict), f"{report.host} {c.id} [{c.verdict}]: {c.message}"))
+        ranked.sort(key=lambda item: -item[0])  # stable: host order, then catalogue order within a verdict
+        text = "\n".join(line for _, line in ranked)
         return text if len(text) <= max_chars else text[: max_chars - 15] + "\n[… truncated]"
 
     def raw_text(self) -> str:
@@ -148,3 +153,63 @@ class DiagnosisReport:
                 if c.stderr.strip():
                     parts.append("[stderr]\n" + c.stderr.rstrip())
         return "\n".join(parts) + "\n"
+
+
+# --- reading a report back ----------------------------------------------------------------------------------
+
+
+def report_from_dict(data: Any, source: str = "the report") -> DiagnosisReport:
+    """The JSON of `vllm-doctor diagnose --json` back into a report (verdicts and messages; raw outputs are
+    not part of the JSON). UserInputError naming the first problem for anything else."""
+
+    def bad(problem: str) -> UserInputError:
+        return UserInputError(f"{source} is not a `vllm-doctor diagnose --json` report: {problem}")
+
+    if not isinstance(data, dict) or not isinstance(data.get("hosts"), list):
+        raise bad('no "hosts" list at the top level')
+    hosts = []
+    for i, item in enumerate(data["hosts"]):
+        if not isinstance(item, dict) or not isinstance(item.get("host"), str) or not item["host"]:
+            raise bad(f'hosts[{i}] has no "host" name')
+        checks = []
+        for j, check in enumerate(item.get("checks") or []):
+            where = f"hosts[{i}].checks[{j}]"
+            if not isinstance(check, dict) or not isinstance(check.get("id"), str):
+                raise bad(f'{where} has no "id"')
+            if check.get("verdict") not in VERDICT_ORDER:
+                raise bad(f"{where} has verdict {check.get('verdict')!r}; expected one of {', '.join(VERDICT_ORDER)}")
+            cases = check.get("cases") or []
+            if not isinstance(cases, list):
+                raise bad(f'{where}: "cases" must be a list of KB case ids')
+            checks.append(CheckResult(id=check["id"], title=check["id"], verdict=check["verdict"],
+                                      message=str(check.get("message") or ""), cases=[str(c) for c in cases],
+                                      duration_s=_seconds(check.get("duration_s"))))
+        error = item.get("error")
+        hosts.append(HostReport(host=item["host"], error=str(error) if error else None, checks=checks,
+                                duration_s=_seconds(item.get("duration_s"))))
+    target = data.get("target") or (hosts[0].host if len(hosts) == 1 else "hosts")
+    tier = data.get("max_tier")
+    return DiagnosisReport(target=str(target), hosts=hosts, max_tier=tier if tier in (0, 1, 2) else 0,
+                           duration_s=_seconds(data.get("duration_s")))
+
+
+def _seconds(value: Any) -> float:
+    """A duration from the JSON; informational only, so anything odd reads as 0."""
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
+
+
+def load_report(path: Path | str) -> DiagnosisReport:
+    """Read a `vllm-doctor diagnose --json` file."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UserInputError(f"cannot read the host report {path}: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise UserInputError(f"the host report {path} is not UTF-8 text") from exc
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise UserInputError(f"the host report {path} is not JSON ({exc}); pass the output of "
+                             "`vllm-doctor diagnose HOST --json`") from exc
+    return report_from_dict(data, source=str(path))

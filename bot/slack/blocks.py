@@ -157,9 +157,11 @@ def answer(
     llm_pending: bool = False,
     asker: str | None = None,
     outcome: str | None = None,
+    host_facts_note: str | None = None,
 ) -> Message:
     """The threaded answer. `case` is the kb Case of the best match (fix steps, cause); `explanation`
-    the final Explanation (LLM or KB); `streaming_text` the LLM text so far while it is being written."""
+    the final Explanation (LLM or KB); `streaming_text` the LLM text so far while it is being written;
+    `host_facts_note` (host_facts_note()) is shown while and when the LLM explains with host facts."""
     language = diagnosis.distilled.language
     best = diagnosis.best
     blocks: list[dict[str, Any]] = []
@@ -219,6 +221,9 @@ def answer(
 
     # 4. provenance
     provenance = _provenance(diagnosis, explanation, streaming_text, llm_pending)
+    llm_at_work = getattr(explanation, "source", None) == "llm" or streaming_text or llm_pending
+    if host_facts_note and llm_at_work:
+        provenance.insert(1, host_facts_note)
     if outcome and diagnosis.verdict != "unknown":
         provenance.insert(1, f":busts_in_silhouette: Team feedback on this case: {escape_limited(outcome, 100)[0]}")
     blocks.append(_context(provenance, "source"))
@@ -278,6 +283,14 @@ def _provenance(diagnosis: Diagnosis, explanation: Any, streaming_text: str | No
         items.append(escape_limited(note, 200)[0])
     items.append(f"searched in {diagnosis.elapsed_ms:.0f} ms")
     return items
+
+
+def host_facts_note(label: str, when: float) -> str:
+    """"Using host facts from the diagnosis of gpu-01 at 14:05" (Slack shows the time in the reader's
+    time zone; the fallback is UTC)."""
+    fallback = time.strftime("%H:%M UTC", time.gmtime(when))
+    return (f":desktop_computer: Using host facts from the diagnosis of {escape_limited(label, 120)[0]} "
+            f"at <!date^{int(when)}^{{time}}|{fallback}>")
 
 
 def answer_actions(answer_id: str) -> dict[str, Any]:

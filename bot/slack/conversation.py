@@ -112,9 +112,13 @@ def diagnose_and_answer(deps: SlackDeps, client: Any, request: LogRequest) -> st
     asker = where.user if request.mention_asker else None
 
     outcome = _outcome(deps, best.case_id) if best else None
+    # a host diagnosed earlier in this thread: its check results go into the LLM prompt
+    host = deps.thread_facts.lookup(where.channel, where.thread_ts) if explain else None
+    host_note = blocks.host_facts_note(host.label, host.created) if host else None
 
     def build(**kw: Any) -> Message:
-        return blocks.answer(diagnosis, answer_id=answer_id, case=case, asker=asker, outcome=outcome, **kw)
+        return blocks.answer(diagnosis, answer_id=answer_id, case=case, asker=asker, outcome=outcome,
+                             host_facts_note=host_note, **kw)
 
     first = build(llm_pending=explain)
     post.final(first, progressive=explain)
@@ -141,15 +145,16 @@ def diagnose_and_answer(deps: SlackDeps, client: Any, request: LogRequest) -> st
         post.file(f"distilled-{answer_id}.log", _distilled_file(diagnosis), "Full distilled log")
 
     if explain:
-        _stream_explanation(deps, diagnosis, build, post)
+        _stream_explanation(deps, diagnosis, build, post, list(host.facts) if host else None)
     return answer_id
 
 
-def _stream_explanation(deps: SlackDeps, diagnosis: Diagnosis, build: Callable[..., Message], post: _Poster) -> None:
+def _stream_explanation(deps: SlackDeps, diagnosis: Diagnosis, build: Callable[..., Message], post: _Poster,
+                        host_facts: list[str] | None) -> None:
     streamed = ""
     explanation: Any = None
     try:
-        for piece in deps.engine.explain_stream(diagnosis):
+        for piece in deps.engine.explain_stream(diagnosis, host_facts=host_facts):
             if isinstance(piece, str):
                 streamed += piece
                 post.progress(lambda text=streamed: build(streaming_text=text))

@@ -13,6 +13,7 @@ from bot.models import Diagnosis
 from bot.settings import Settings
 from bot.slack.dedup import SeenEvents
 from bot.slack.recent import RecentAnswers
+from bot.slack.thread_facts import ThreadFacts
 from bot.slack.work import Workers
 
 
@@ -37,7 +38,8 @@ class SlackDeps:
     bot_token: str
     workers: Workers = field(default_factory=Workers)
     seen_events: SeenEvents = field(default_factory=SeenEvents)
-    recent: RecentAnswers = field(default_factory=RecentAnswers)
+    recent: RecentAnswers = field(default_factory=RecentAnswers)  # SlackBot backs both with bot/slack/store.py
+    thread_facts: ThreadFacts = field(default_factory=ThreadFacts)  # last host diagnosis per thread
     hosts: Any | None = None  # bot.slack.hosts.HostDiagnostics when bot.runner is installed and configured
     kb_growth: Any | None = None  # bot.kbstore.KBGrowth: feedback votes, candidates for new cases
     bot_user_id: str | None = None  # filled from auth.test when the App starts

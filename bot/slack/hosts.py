@@ -4,9 +4,12 @@
     "Run diagnostics on a host" button → host picker modal
 
 The typed target is only ever looked up in the inventory (bot.runner validates and authorizes it; chat
-text never becomes a command). Progress edits the placeholder about once a second; the result is a
-summary (one host: its findings; a group: a host × area grid) with the raw outputs as a file in the
-thread. Without an inventory (VLLM_DOCTOR_INVENTORY) every entry point answers NOT_CONFIGURED.
+text never becomes a command). Access rules may name Slack user groups: the asker's membership in those
+is looked up through the Web API (usergroups.py). Progress edits the placeholder about once a second;
+the result is a summary (one host: its findings; a group: a host × area grid) with the raw outputs as a
+file in the thread. The report's host facts are remembered for that thread (thread_facts.py), so a log
+pasted there later is explained with them. Without an inventory (VLLM_DOCTOR_INVENTORY) every entry
+point answers NOT_CONFIGURED.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from slack_sdk.errors import SlackApiError
 from bot.errors import DoctorError, UserInputError
 from bot.slack import blocks
 from bot.slack.conversation import Where, tell_user
+from bot.slack.thread_facts import ThreadHostFacts
+from bot.slack.usergroups import UserGroupDirectory, rule_groups
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +62,7 @@ def parse_args(words: list[str]) -> tuple[list[str] | None, int]:
 class HostDiagnostics:
     def __init__(self, settings: Any) -> None:
         self.settings = settings
+        self.usergroups = UserGroupDirectory(ttl_s=getattr(settings, "slack_usergroup_cache_s", 60.0))
 
     def picker_hint(self) -> str:
         from bot.runner.access import inventory_from_settings
@@ -79,12 +85,14 @@ class HostDiagnostics:
         return None
 
     def start(self, deps: Any, client: Any, where: Where, target: str, args: list[str]) -> None:
-        """Validate and authorize now (fast, file reads only), run on a worker."""
+        """Validate and authorize now (file reads, and cached user-group look-ups), run on a worker."""
         from bot.runner import authorize
 
         try:
             checks, tier = parse_args(args)
-            hosts = authorize(where.user or "", where.channel, None, target, self.settings, max_tier=tier)
+            wanted = rule_groups(self.settings.runner_access, where.channel)
+            groups = self.usergroups.groups_of(client, where.user, wanted) if wanted else set()
+            hosts = authorize(where.user or "", where.channel, groups, target, self.settings, max_tier=tier)
         except DoctorError as exc:
             tell_user(client, where, blocks.input_error(str(exc)))
             return
@@ -137,6 +145,8 @@ class HostDiagnostics:
                 titles[case_id] = case_id
         message = blocks.host_report(report, kb_titles=titles, asker=where.user if not where.thread_ts else None)
         self._finish(client, where, channel, ts, message)
+        if thread_ts and (facts := ThreadHostFacts.from_report(channel, thread_ts, report)) is not None:
+            deps.thread_facts.remember(facts)  # a log pasted in this thread is explained with these facts
         if thread_ts and ts:
             try:
                 client.files_upload_v2(channel=channel, thread_ts=thread_ts, filename=f"diagnose-{target}.txt",

@@ -12,6 +12,9 @@ from bot.settings import Settings
 from bot.slack.app import HttpServer, SocketModeConnection, build_app, build_web_client, wsgi_app
 from bot.slack.deps import SlackDeps
 from bot.slack.hosts import load_host_diagnostics
+from bot.slack.recent import RecentAnswers
+from bot.slack.store import SlackStateDB
+from bot.slack.thread_facts import ThreadFacts
 from bot.slack.work import Workers
 
 log = logging.getLogger(__name__)
@@ -37,11 +40,14 @@ class SlackBot:
         self.settings = settings
         self.http = http
         self.client = build_web_client(settings)
+        state = SlackStateDB(settings.slack_state_db, retention_s=settings.slack_state_retention_days * 86400)
         self.deps = SlackDeps(
             settings=settings,
             engine=engine,
             bot_token=settings.slack_bot_token or "",
             workers=Workers(settings.slack_workers),
+            recent=RecentAnswers(store=state),
+            thread_facts=ThreadFacts(store=state),
             hosts=hosts if hosts is not None else load_host_diagnostics(settings),
             kb_growth=kb_growth,  # None: the KB-growth listeners build it from settings (build_app)
         )

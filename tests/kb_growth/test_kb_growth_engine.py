@@ -314,8 +314,6 @@ def test_real_cli_entry_point_adds_a_case(grow_settings: Any, tmp_path: Path) ->
     assert time.perf_counter() - started < 120
 
 
-@pytest.mark.skipif(not hasattr(__import__("bot.pipeline").pipeline.Doctor, "set_priors"),
-                    reason="Doctor.set_priors not wired yet (docs/kb-growth.md, 'Wiring')")
 def test_votes_reach_the_running_engine_through_set_priors(growth: Any, engine: Any) -> None:
     distilled, mode, first, second = _close_pair(engine)
     for n in range(20):

@@ -199,6 +199,30 @@ def test_twenty_concurrent_writes_of_one_id_make_twenty_files(tmp_path: Path) ->
     assert not list((tmp_path / "cases").rglob("*.tmp"))
 
 
+_WRITER_PROCESS = """
+import sys
+from bot.kbstore.writer import CaseWriter
+from kb.schema import Case
+sys.path.insert(0, sys.argv[3])
+from kb_growth_support import widget_case_data
+writer = CaseWriter(sys.argv[1])
+for n in range(5):
+    writer.add(Case.model_validate(widget_case_data(int(sys.argv[2]) * 10 + n, case_id="widget-fault")))
+"""
+
+
+def test_four_processes_writing_the_same_id_make_twenty_files(tmp_path: Path) -> None:
+    import sys
+
+    cases = tmp_path / "cases"
+    here = str(Path(__file__).resolve().parent)
+    procs = [subprocess.Popen([sys.executable, "-c", _WRITER_PROCESS, str(cases), str(p), here]) for p in range(4)]
+    assert [p.wait(timeout=120) for p in procs] == [0, 0, 0, 0]
+    kb = load_kb(cases)
+    assert len(kb.cases) == 20 and len({c.title for c in kb.cases}) == 20
+    assert {c.id for c in kb.cases} == {"widget-fault", *(f"widget-fault-{n}" for n in range(2, 21))}
+
+
 # -- forms, lint, suggestions --------------------------------------------------------------------------------------
 
 

@@ -8,7 +8,9 @@ It also behaves like Slack where the bot could get it wrong:
   * answers 429 + Retry-After once for a method when told to (`rate_limit_once`);
   * serves files (files.info + the url_private_download) only with the bot token;
   * takes uploads (files.getUploadURLExternal → POST upload_url → files.completeUploadExternal);
-  * sinks response_url POSTs and hands out apps.connections.open URLs for Socket Mode.
+  * sinks response_url POSTs and hands out apps.connections.open URLs for Socket Mode;
+  * answers usergroups.users.list from `groups`, or `missing_scope` when "usergroups:read" is taken out
+    of `scopes` (the scopes auth.test reports).
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
+SCOPES = ("chat:write", "commands", "app_mentions:read", "files:read", "files:write", "im:history",
+          "usergroups:read")
 BOT_USER_ID = "UBOT0001"
 BOT_ID = "BBOT0001"
 TEAM_ID = "T0TEST01"
@@ -54,6 +58,8 @@ class FakeSlack:
         self.thread_messages: dict[tuple[str, str], list[dict[str, Any]]] = {}
         self.socket_mode_url: str | None = None
         self.not_in_channels: set[str] = set()
+        self.groups: dict[str, list[str]] = {}  # user group id (S…) → member user ids
+        self.scopes: set[str] = set(SCOPES)
         self.truncated: list[Call] = []
         self._rate_limit_once: dict[str, int] = {}
         self._ts = itertools.count(1)
@@ -337,8 +343,17 @@ class _Handler(BaseHTTPRequestHandler):
             200,
             {"ok": True, "url": "https://test.slack.com/", "team": "Test", "user": "vllm-doctor", "team_id": TEAM_ID,
              "user_id": BOT_USER_ID, "bot_id": BOT_ID, "is_enterprise_install": False},
-            {"x-oauth-scopes": "chat:write,commands,app_mentions:read,files:read,files:write,im:history"},
+            {"x-oauth-scopes": ",".join(sorted(self.fake.scopes))},
         )
+
+    def api_usergroups_users_list(self, call: Call) -> None:
+        if "usergroups:read" not in self.fake.scopes:
+            return self._send(200, {"ok": False, "error": "missing_scope", "needed": "usergroups:read",
+                                    "provided": ",".join(sorted(self.fake.scopes))})
+        members = self.fake.groups.get(call.params.get("usergroup", ""))
+        if members is None:
+            return self._send(200, {"ok": False, "error": "no_such_subteam"})
+        self._send(200, {"ok": True, "users": list(members)})
 
     def api_chat_postMessage(self, call: Call) -> None:
         if self._message_ok(call):

@@ -6,10 +6,12 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import tempfile
 import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
@@ -21,7 +23,8 @@ APP_TOKEN = "xapp-1-A0TEST-123-abc"
 
 
 def bot_settings(fake: FakeSlack, base: Any, **overrides: Any) -> Any:
-    """The session's engine settings plus Slack settings pointing at the fake."""
+    """The session's engine settings plus Slack settings pointing at the fake. Each call gets its own
+    Slack state file (answers, thread host facts) unless `slack_state_db` is given: tests reuse thread ts."""
     values = {
         "slack_bot_token": BOT_TOKEN,
         "slack_app_token": APP_TOKEN,
@@ -34,6 +37,8 @@ def bot_settings(fake: FakeSlack, base: Any, **overrides: Any) -> Any:
         "http_port": 0,
         "vllm_base_url": None,
     }
+    if "slack_state_db" not in overrides:
+        values["slack_state_db"] = Path(tempfile.mkdtemp(prefix="slack-state-")) / "state.sqlite3"
     values.update(overrides)
     return base.model_copy(update=values)
 

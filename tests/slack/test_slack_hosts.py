@@ -4,53 +4,22 @@ inventory hosts that refuse connections (the runner reports them per host; no ss
 from __future__ import annotations
 
 import json
-import socket
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fake_slack import BOT_USER_ID, FakeSlack
+from host_support import final_report, unreachable_runner_settings
 
 from bot.settings import RunnerAccessRule
 
 ALICE, MALLORY = "U0ALICE1", "U0MALL01"
 
 
-def closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]  # closed again when we return: connections are refused
-
-
 @pytest.fixture
 def runner_settings(tmp_path: Path) -> dict[str, Any]:
-    port = closed_port()
-    inventory = tmp_path / "inventory.yaml"
-    inventory.write_text(
-        "hosts:\n"
-        f"  gpu-01: {{address: 127.0.0.1, port: {port}, user: doctor}}\n"
-        f"  gpu-02: {{address: 127.0.0.1, port: {port}, user: doctor}}\n"
-        "groups:\n  fleet: [gpu-01, gpu-02]\n",
-        encoding="utf-8",
-    )
-    known_hosts = tmp_path / "known_hosts"
-    known_hosts.write_text("", encoding="utf-8")
-    return {
-        "runner_inventory": inventory,
-        "runner_known_hosts": known_hosts,
-        "runner_audit_db": tmp_path / "audit.sqlite3",
-        "runner_connect_timeout_s": 3.0,
-        "runner_access": [RunnerAccessRule(hosts=["*"], users=[ALICE], max_tier=1)],
-    }
-
-
-def final_report(fake: FakeSlack, timeout: float = 60) -> Any:
-    calls = fake.wait_for(
-        lambda cs: any(c.method == "chat.update" and "host_verdict" in json.dumps(c.params.get("blocks")) for c in cs),
-        timeout=timeout,
-    )
-    return [c for c in calls if c.method == "chat.update" and "host_verdict" in json.dumps(c.params.get("blocks"))][-1]
+    return unreachable_runner_settings(tmp_path, [RunnerAccessRule(hosts=["*"], users=[ALICE], max_tier=1)])
 
 
 def test_group_fan_out_posts_a_grid_and_the_raw_outputs_file(make_http_bot: Any, fake_slack: FakeSlack,

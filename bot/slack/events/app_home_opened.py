@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from bot.slack import blocks
+from bot.slack import blocks, kb_growth_blocks
 from bot.slack.deps import SlackDeps
 
 
@@ -20,7 +20,7 @@ def app_home_opened(deps: SlackDeps) -> Callable[..., None]:
 
 
 def home_for(deps: SlackDeps, user: str) -> dict[str, Any]:
-    return blocks.home_view(
+    view = blocks.home_view(
         user_id=user,
         kb_size=deps.kb_size(),
         recent=deps.recent.for_user(user),
@@ -29,3 +29,7 @@ def home_for(deps: SlackDeps, user: str) -> dict[str, Any]:
         max_bytes=deps.max_bytes,
         watch_channels=sorted(deps.watch_channels),
     )
+    # Logs that got "unknown" or "Didn't help": candidates for new KB cases (Home tabs allow 100 blocks).
+    extra = kb_growth_blocks.home_section_for(getattr(deps, "kb_growth", None))
+    view["blocks"] = (view["blocks"] + extra)[:100]
+    return view
