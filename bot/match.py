@@ -17,8 +17,8 @@ from dataclasses import dataclass, replace
 from typing import Literal, Protocol
 
 from bot.models import Distilled, Evidence, LogLine, Match, Verdict
-from kb.loader import KnowledgeBase
 from indexer.text import mask
+from kb.loader import KnowledgeBase
 from kb.schema import Case
 
 Mode = Literal["hybrid", "bm25", "dense"]
