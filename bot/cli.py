@@ -182,7 +182,7 @@ def cmd_index(args: argparse.Namespace) -> int:
     doctor = _doctor()
     started = time.perf_counter()
     if args.rebuild:
-        doctor.index.rebuild()
+        doctor.rebuild_index()
     else:
         _ = doctor.index
     print(f"index ready: {len(doctor.kb.cases)} cases in {doctor.settings.index_dir} ({time.perf_counter() - started:.1f} s)")

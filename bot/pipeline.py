@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bot.distill import decode_input, distill, extra_keywords
+from bot.errors import IndexUnavailable
 from bot.match import Matcher, Mode, Thresholds, signature_literals
 from bot.models import Diagnosis
 from bot.settings import Settings, get_settings
@@ -102,10 +103,21 @@ class Doctor:
                 self._encoder_instance = SentenceTransformerEncoder(self.settings.embed_model_path)
             return self._encoder_instance
 
-    def _open_index(self, kb: KnowledgeBase) -> Any:
+    def _open_index(self, kb: KnowledgeBase, force_rebuild: bool = False) -> Any:
+        from indexer.encoder import EncoderUnavailable
         from indexer.index import KBIndex
 
-        return KBIndex.open(kb, Path(self.settings.index_dir), self._encoder)
+        try:
+            return KBIndex.open(kb, Path(self.settings.index_dir), self._encoder, force_rebuild=force_rebuild)
+        except EncoderUnavailable as exc:
+            raise IndexUnavailable(str(exc)) from exc
+
+    def rebuild_index(self) -> Any:
+        """Re-embed every case (`vllm-doctor index --rebuild`)."""
+        with self._lock:
+            self._index = self._open_index(self._kb, force_rebuild=True)
+            self._matcher = None
+            return self._index
 
     @property
     def index(self) -> Any:

@@ -9,6 +9,7 @@ also yield their words (`OutOfMemoryError` → out, of, memory, error).
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import shutil
@@ -29,6 +30,10 @@ _COMPOUND_RE = re.compile(r"[A-Za-z0-9_]+(?:[.\-][A-Za-z0-9_]+)*")
 _PART_RE = re.compile(r"[A-Za-z0-9]+")
 _CAMEL_RE = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
 _STOPWORDS = frozenset(STOPWORDS_EN)
+
+# bm25s sets its own logger to DEBUG at import, so "Building index from tokens" reached every handler
+# (the CLI's stderr included) whatever the root level; give the application back the say.
+logging.getLogger("bm25s").setLevel(logging.WARNING)
 
 
 class LexicalError(Exception):

@@ -40,7 +40,8 @@ _MASKS = [
     (re.compile(r"(?:(?<=\s)|^|(?<=[\"'(=]))(?:[A-Za-z]:)?(?:[~.]{0,2}/[^\s\"'():,]+)+/([^\s\"'():,/]+)"), r" <path>/\1 "),
     (re.compile(r"\b\d{1,3}(?:\.\d{1,3}){3}(?::\d+)?\b"), " <ip> "),
     (re.compile(r"\b0x[0-9a-fA-F]+\b|\b[0-9a-f]{10,}\b"), " <hex> "),
-    (re.compile(r"(?<![A-Za-z_])[-+]?\d+(?:\.\d+)*(?:e[-+]?\d+)?"), " <num> "),
+    # not inside identifiers: bf16, H100, float16 and sm_90 stay whole
+    (re.compile(r"(?<![A-Za-z_0-9])[-+]?\d+(?:\.\d+)*(?:e[-+]?\d+)?(?![A-Za-z_])"), " <num> "),
 ]
 _SPACES = re.compile(r"[ \t]+")
 

@@ -21,7 +21,8 @@ class FakeOpenAI:
         self.answer = answer
         self.pieces = pieces
         self.delay_s = delay_s
-        self.requests: list[dict[str, Any]] = []
+        self.requests: list[dict[str, Any]] = []  # every POST body (/tokenize too)
+        self.chat_requests: list[dict[str, Any]] = []  # bodies of /v1/chat/completions only
         handler = type("Handler", (_Handler,), {"fake": self})
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self._server.daemon_threads = True
@@ -66,6 +67,7 @@ class _Handler(BaseHTTPRequestHandler):
             return self._json(200, {"count": len(text) // 3, "max_model_len": 8192, "tokens": []})
         if self.path != "/v1/chat/completions":
             return self._json(404, {"error": {"message": "not found"}})
+        self.fake.chat_requests.append(body)
         content = json.dumps(self.fake.answer, ensure_ascii=False)
         if not body.get("stream"):
             return self._json(200, {

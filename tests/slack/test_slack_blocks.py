@@ -185,3 +185,19 @@ def test_long_material_stays_within_slack_limits(size: int) -> None:
         assert len(json.dumps(message.blocks)) < 13_000  # Slack's undocumented aggregate limit (msg_blocks_too_long)
         if size > 3_000:
             assert message.cut  # → the full log goes to a file in the thread
+
+
+def test_host_facts_note_shows_only_while_the_llm_explains_and_is_escaped() -> None:
+    note = blocks.host_facts_note(f"gpu-01 {INJECTION}", 1_700_000_000.0)
+    assert note.startswith(":desktop_computer: Using host facts from the diagnosis of gpu-01 ")
+    assert note.endswith("at <!date^1700000000^{time}|22:13 UTC>")  # the reader's time zone; UTC fallback
+    assert not SPECIAL_MENTION_RE.search(note)
+
+    def source(**kw: Any) -> str:
+        message = blocks.answer(make_diagnosis(), answer_id="a1", case=make_case(), host_facts_note=note, **kw)
+        assert not block_errors(message.blocks, blocks.MESSAGE_BLOCKS_MAX)
+        return json.dumps(next(b for b in message.blocks if b.get("block_id") == "source"))
+
+    assert "Using host facts" in source(llm_pending=True)
+    assert "Using host facts" in source(streaming_text="The KV cache")
+    assert "Using host facts" not in source()  # KB-only answer: the facts were not used
