@@ -7,5 +7,8 @@
                       hand slow work to deps.workers
     conversation.py   placeholder → engine → answer → progressive LLM text → files in the thread
     blocks.py         pure Block Kit builders (golden-tested); mrkdwn.py escapes every untrusted string
-    hosts.py          bridge to bot.runner for /vllm-diagnose
+    hosts.py          bridge to bot.runner for /vllm-diagnose; usergroups.py: the asker's user groups
+    recent.py, thread_facts.py, store.py
+                      answers the buttons need and each thread's last host diagnosis, in memory and in
+                      SQLite (they survive a restart)
 """

@@ -1,6 +1,7 @@
 """One diagnosis conversation in Slack, whatever the entry point (DM, mention, watch channel, file,
 /vllm-explain, message shortcut): placeholder in the thread → engine → answer → LLM text edited in
-progressively → long material as a file in the thread. Runs on a worker thread, never in an ack path.
+progressively (with the host facts of the thread's last host diagnosis, if any) → long material as a
+file in the thread. Runs on a worker thread, never in an ack path.
 """
 
 from __future__ import annotations

@@ -37,6 +37,7 @@ def make_http_bot(fake_slack: FakeSlack, doctor: Any, settings: Any, tmp_path: A
 
     def make(engine: Any = None, **overrides: Any) -> tuple[Any, SlackSender]:
         overrides.setdefault("kb_db_path", tmp_path / "kb-growth.sqlite3")
+        overrides.setdefault("slack_state_db", tmp_path / "slack-state.sqlite3")  # bots of one test share it
         bot_cfg = bot_settings(fake_slack, settings, **overrides)
         engine = engine or doctor
         bot = SlackBot(bot_cfg, engine, http=True, kb_growth=kb_store(bot_cfg, engine)).start()

@@ -22,7 +22,8 @@ def socket_bot(fake_slack: Any, doctor: Any, settings: Any, tmp_path: Any) -> It
 
     server = FakeSocketMode().start()
     fake_slack.socket_mode_url = server.url
-    bot_cfg = bot_settings(fake_slack, settings, kb_db_path=tmp_path / "kb.sqlite3")
+    bot_cfg = bot_settings(fake_slack, settings, kb_db_path=tmp_path / "kb.sqlite3",
+                           slack_state_db=tmp_path / "slack-state.sqlite3")
     bot = SlackBot(bot_cfg, doctor, http=False, kb_growth=kb_store(bot_cfg, doctor)).start()
     server.wait_connected()
     yield bot, server
