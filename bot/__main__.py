@@ -1,5 +1,3 @@
-import sys
+from bot.cli import entry
 
-from bot.cli import main
-
-sys.exit(main())
+entry()

@@ -137,6 +137,9 @@ class SentenceTransformerEncoder:
                     "HF_HUB_DISABLE_PROGRESS_BARS", "1"
                 )  # no "Loading weights" bar on stderr
                 from sentence_transformers import SentenceTransformer
+                from transformers.utils import logging as hf_logging
+
+                hf_logging.disable_progress_bar()  # no "Loading weights" bar on the CLI's stderr
 
                 try:
                     self._model = SentenceTransformer(str(self.model_path), device=self.device)
