@@ -37,24 +37,30 @@ def _format_validation(exc: ValidationError) -> list[str]:
     return out
 
 
-def load_case_file(path: Path) -> Case:
+def parse_case_text(text: str, origin: Path | str) -> Case:
+    """YAML text → validated Case; errors name `origin` and the line or field. No file-name rules."""
     try:
-        raw_text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise KBError(path, [f"not UTF-8 ({exc.reason})"]) from exc
-    try:
-        data = yaml.load(raw_text, Loader=_SafeLoader)  # noqa: S506 - a safe loader, C-accelerated when available
+        data = yaml.load(text, Loader=_SafeLoader)  # noqa: S506 - a safe loader, C-accelerated when available
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
         problem = getattr(exc, "problem", None) or str(exc)
-        raise KBError(path, [f"{where}YAML syntax error: {problem}"]) from exc
+        raise KBError(origin, [f"{where}YAML syntax error: {problem}"]) from exc
     if not isinstance(data, dict):
-        raise KBError(path, ["top level must be a mapping of fields"])
+        raise KBError(origin, ["top level must be a mapping of fields"])
     try:
-        case = Case.model_validate(data)
+        return Case.model_validate(data)
     except ValidationError as exc:
-        raise KBError(path, _format_validation(exc)) from exc
+        raise KBError(origin, _format_validation(exc)) from exc
+
+
+def load_case_file(path: Path) -> Case:
+    """One file of kb/cases: parse_case_text plus the layout rules (id == stem, area == folder)."""
+    try:
+        raw_text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise KBError(path, [f"not UTF-8 ({exc.reason})"]) from exc
+    case = parse_case_text(raw_text, path)
     problems = []
     if case.id != path.stem:
         problems.append(f"field 'id': {case.id!r} must equal the file name stem {path.stem!r}")

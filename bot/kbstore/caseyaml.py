@@ -13,9 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import ValidationError
 
-from kb.loader import KBError, _format_validation
+from kb.loader import KBError, parse_case_text  # noqa: F401 - re-exported for bot.kbstore users
 from kb.schema import Case
 
 # Optional fields left out of the file when they hold their default (keeps new files as short as the
@@ -67,23 +66,6 @@ def render_case(case: Case) -> str:
 def normalised(case: Case) -> Case:
     """The case as it will read back from its file (log blocks cleaned the way render_case writes them)."""
     return Case.model_validate(case_to_data(case))
-
-
-def parse_case_text(text: str, origin: str | Path) -> Case:
-    """Strict parse of one case (any file name: the id/area-vs-path rules apply only inside kb/cases)."""
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise KBError(origin, [f"{where}YAML syntax error: {problem}"]) from exc
-    if not isinstance(data, dict):
-        raise KBError(origin, ["top level must be a mapping of fields"])
-    try:
-        return Case.model_validate(data)
-    except ValidationError as exc:
-        raise KBError(origin, _format_validation(exc)) from exc
 
 
 def parse_case_file(path: Path) -> Case:
