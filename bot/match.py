@@ -33,6 +33,8 @@ DEFAULT_UNCERTAIN_THRESHOLD = 0.40
 DENSE_FLOOR, DENSE_CEIL = 0.25, 0.80
 # A retrieval-only best case must beat the runner-up by this much to be a confident 'match'.
 RETRIEVAL_MARGIN = 0.08
+# Candidates below this are not shown at all (ordinary chatter has nothing near it).
+MIN_SCORE = 0.10
 # Feedback prior ("Fixed it" / "Didn't help", bot/kbstore/feedback.py): added to a case's score, clamped here
 # so no caller can move a ranking by more than this (docs/kb-growth.md).
 MAX_PRIOR = 0.03
@@ -207,6 +209,7 @@ class Matcher:
 
         # Root-cause signature hits first; secondary hits and retrieval-only cases compete on score.
         scored.sort(key=lambda s: (s[1] == 2, s[0]), reverse=True)
+        scored = [s for s in scored if s[0] >= MIN_SCORE]  # near-zero candidates are noise, not "nearest cases"
         matches = []
         for score, _tier, case_id, parts in scored[:TOP_K]:
             case = self.cases[case_id]

@@ -26,7 +26,15 @@ def render_text(diagnosis: Any, doctor: Any, explanation: Any = None, color: boo
         out.append(_c(f"note: {note}", "dim", color))
     if not d.matches:
         out.append("No case in the knowledge base resembles this log.")
-    shown = d.matches if d.verdict != "match" else d.matches[:3]
+    if d.verdict == "unknown":
+        if d.matches:
+            out.append("")
+            out.append("Nearest cases (weak similarity, for reference only):")
+            for m in d.matches[:3]:
+                out.append(f"  - {m.case_id} — {m.title}  [score {m.score:.2f}]")
+        shown: tuple = ()
+    else:
+        shown = d.matches if d.verdict != "match" else d.matches[:3]
     for rank, m in enumerate(shown, 1):
         sig = ", signature" if m.signature_hit else ""
         out.append("")
