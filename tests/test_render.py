@@ -1,0 +1,60 @@
+"""Terminal rendering of a diagnosis: what a tired on-call engineer reads first."""
+
+from __future__ import annotations
+
+from bot.models import Diagnosis, Distilled, Evidence, LogLine, Match
+from bot.render import render_text
+
+
+class _Case:
+    cause = "Nothing was left for the KV cache.\n  Second   line."
+
+    class _Step:
+        def __init__(self, text: str, command: str | None) -> None:
+            self.text, self.command = text, command
+
+    fix = [_Step("Raise the memory share.", "vllm serve M --gpu-memory-utilization 0.95"), _Step("Check nvidia-smi.", None)]
+
+
+class _Doctor:
+    def case(self, case_id: str) -> _Case:
+        assert case_id == "kv-cache-no-memory"
+        return _Case()
+
+
+def _diagnosis(verdict: str, score: float) -> Diagnosis:
+    line = LogLine(7, "ValueError: No available memory for the cache blocks.", "root")
+    match = Match(
+        "kv-cache-no-memory", "No GPU memory left for the KV cache", "启动时没有剩余显存分配 KV 缓存", "memory", score,
+        signature_hit=verdict == "match",
+        evidence=(Evidence(7, line.text, "signature: No available memory for the cache blocks"),),
+    )
+    distilled = Distilled((line,), (line,), "q", total_lines=40, total_bytes=2000)
+    return Diagnosis(verdict, (match,), distilled, elapsed_ms=12.0)
+
+
+def test_match_shows_case_evidence_cause_and_numbered_fix_with_commands() -> None:
+    text = render_text(_diagnosis("match", 0.93), _Doctor())
+    lines = text.splitlines()
+    assert lines[0] == "Verdict: MATCH — a known failure (0.93)"
+    assert "1. kv-cache-no-memory — No GPU memory left for the KV cache  [memory, score 0.93, signature]" in lines
+    assert "     L7: ValueError: No available memory for the cache blocks." in lines
+    assert "   Cause: Nothing was left for the KV cache. Second line." in lines
+    assert lines[lines.index("   Fix:") + 1 : lines.index("   Fix:") + 4] == [
+        "     1. Raise the memory share.",
+        "        $ vllm serve M --gpu-memory-utilization 0.95",
+        "     2. Check nvidia-smi.",
+    ]
+    assert lines[-1] == "1 evidence lines kept of 40; 12 ms"
+    assert "\x1b[" not in text
+
+
+def test_unknown_shows_nearest_cases_only_as_reference() -> None:
+    text = render_text(_diagnosis("unknown", 0.3), _Doctor())
+    assert "Nearest cases (weak similarity, for reference only):" in text
+    assert "Fix:" not in text and "Cause:" not in text
+    assert "vllm-doctor kb add" in text
+
+
+def test_colour_only_when_asked() -> None:
+    assert "\x1b[32m" in render_text(_diagnosis("match", 0.93), _Doctor(), color=True)
