@@ -1,16 +1,8 @@
 """KBIndex: dense (MiniLM vectors in FAISS) and lexical (BM25) search over KB cases, kept on disk.
 
-Each case is several documents: its `search_text()` ("case") and each example log after normalisation
-("example:<n>"). A case scores the max over its documents.
+Each case is several documents (indexer.documents); a case scores the max over its documents. The
+on-disk format (manifest, data-file generations, directory lock) is in indexer.persist.
 
-On disk (`index_dir`):
-    manifest.json            format version, model id, dimension, KB hash, per-case and per-document
-                             hashes, document order, names of the data files below
-    vectors-<gen>.faiss      the vector store (row i = document i of the manifest)
-    bm25-<gen>/              the BM25 index (same rows)
-    .lock                    filelock: one writer at a time; readers hold it for the few ms of loading
-
-The manifest is written last and names its data files, so a crash mid-write leaves the previous index.
 `KBIndex.open()` reuses what it can: vectors are keyed by the sha256 of their document text, so only new
 or changed documents are embedded. Anything unusable (missing, truncated, bad JSON, wrong shape, other
 model) is rebuilt with one warning; an unwritable directory keeps the index in memory (one warning).
@@ -19,76 +11,48 @@ The encoder model is loaded only when something must be embedded or a dense quer
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
-import os
-import re
-import shutil
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from functools import cached_property
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 from filelock import FileLock
-from filelock import Timeout as LockTimeout
 
-from indexer.atomic import atomic_write_text
+from indexer.documents import Document, case_documents, case_hash
 from indexer.encoder import Encoder
-from indexer.lexical import TOKENIZER_VERSION, LexicalError, LexicalIndex
-from indexer.store import KINDS, StoreError, StoreKind, VectorStore, choose_kind
-from indexer.text import normalize_log_text
+from indexer.lexical import LexicalIndex
+from indexer.persist import (
+    FORMAT_VERSION,
+    LOCK_NAME,
+    LOCK_TIMEOUT_S,
+    MANIFEST_NAME,
+    InvalidStoredIndex,
+    StoredIndex,
+    acquire_directory_lock,
+    read_stored_index,
+    write_generation,
+)
+from indexer.state import IndexState
+from indexer.store import KINDS, StoreKind, VectorStore, choose_kind
 from kb.loader import KnowledgeBase
 from kb.schema import Case
 
 log = logging.getLogger(__name__)
 
-FORMAT_VERSION = 1
-MANIFEST_NAME = "manifest.json"
-LOCK_NAME = ".lock"
-# How long open() waits for another process that is building the same index.
-LOCK_TIMEOUT_S = 600.0
 RRF_K = 60  # reciprocal-rank constant for the default order of search() results
 # Up to this many documents a query ranks every document (the real KB); above, the store's top
 # candidates (a window of ~4·k·docs-per-case) are aggregated per case. 1024: sorting more costs more than
 # the search itself (bench: 0.4 ms vs 1.2 ms per query at 3,000 documents).
 EXACT_WINDOW = 1024
-_GEN_RE = re.compile(r"^(vectors-[0-9a-f]+\.faiss|bm25-[0-9a-f]+)$")
 _readonly_warned: set[str] = set()
 
 
 # --------------------------------------------------------------------------------------------------
-# documents and results
-
-
-@dataclass(frozen=True)
-class Document:
-    case_id: str
-    name: str  # "case" or "example:<n>" (n = 0-based position in case.examples)
-    text: str
-    sha256: str
-
-
-def case_documents(case: Case) -> list[Document]:
-    """The texts that represent one case in the index."""
-    texts = [("case", case.search_text())]
-    texts += [(f"example:{i}", normalize_log_text(ex.log)) for i, ex in enumerate(case.examples)]
-    return [Document(case.id, name, text, _sha(text)) for name, text in texts]
-
-
-def case_hash(case: Case) -> str:
-    """Same formula as kb.loader, so a KB reloaded from disk after upsert_case() has the same hash."""
-    return hashlib.sha256(case.model_dump_json().encode()).hexdigest()
-
-
-def kb_content_hash(case_hashes: dict[str, str]) -> str:
-    return hashlib.sha256(
-        "\n".join(f"{k}:{case_hashes[k]}" for k in sorted(case_hashes)).encode()
-    ).hexdigest()
+# results
 
 
 @dataclass(frozen=True)
@@ -127,82 +91,6 @@ class IndexStats:
 
 
 # --------------------------------------------------------------------------------------------------
-# in-memory state (immutable; replaced as a whole so searches never see a half-updated index)
-
-
-@dataclass(frozen=True)
-class _State:
-    docs: tuple[Document, ...]
-    case_ids: tuple[str, ...]  # in row order; each case's documents are contiguous rows
-    case_starts: np.ndarray  # row of each case's first document
-    doc_case: np.ndarray  # case position of each row
-    case_hashes: dict[str, str]
-    store: VectorStore
-    lexical: LexicalIndex
-    model_id: str
-    dim: int
-    generation: str | None = None  # data-file generation on disk, None when in memory only
-
-    @classmethod
-    def assemble(
-        cls,
-        docs: list[Document],
-        case_hashes: dict[str, str],
-        store: VectorStore,
-        lexical: LexicalIndex,
-        model_id: str,
-        generation: str | None = None,
-    ) -> _State:
-        case_ids: list[str] = []
-        starts: list[int] = []
-        doc_case = np.empty(len(docs), dtype=np.int64)
-        seen: set[str] = set()
-        for row, doc in enumerate(docs):
-            if not case_ids or case_ids[-1] != doc.case_id:
-                if doc.case_id in seen:
-                    raise AssertionError(f"documents of case {doc.case_id} are not contiguous")
-                seen.add(doc.case_id)
-                case_ids.append(doc.case_id)
-                starts.append(row)
-            doc_case[row] = len(case_ids) - 1
-        return cls(
-            tuple(docs),
-            tuple(case_ids),
-            np.asarray(starts, dtype=np.int64),
-            doc_case,
-            dict(case_hashes),
-            store,
-            lexical,
-            model_id,
-            store.dim,
-            generation,
-        )
-
-    def case_rows(self, pos: int) -> range:
-        end = int(self.case_starts[pos + 1]) if pos + 1 < len(self.case_starts) else len(self.docs)
-        return range(int(self.case_starts[pos]), end)
-
-    @cached_property
-    def max_docs_per_case(self) -> int:
-        if not self.case_ids:
-            return 1
-        return int(np.diff(np.append(self.case_starts, len(self.docs))).max())
-
-
-class _Invalid(Exception):
-    """The stored index cannot be used; the message says why (goes into the one warning line)."""
-
-
-@dataclass
-class _Stored:
-    manifest: dict[str, Any]
-    docs: list[dict[str, str]]  # [{"case": id, "doc": name, "sha256": …}] in row order
-    store: VectorStore
-    lexical: LexicalIndex | None  # None when the BM25 files are unusable (rebuilt from texts, no re-embed)
-    lexical_problem: str = ""
-
-
-# --------------------------------------------------------------------------------------------------
 
 
 class KBIndex:
@@ -215,7 +103,7 @@ class KBIndex:
         self._encoder_factory = encoder_factory
         self._encoder: Encoder | None = None
         self._store_kind = store_kind
-        self._state: _State | None = None
+        self._state: IndexState | None = None
         self._persistent = True
         self._write_problem = ""  # why the directory cannot be written, once known
         self._embed_seconds = 0.0  # encoder time of the current operation (for IndexStats)
@@ -264,7 +152,7 @@ class KBIndex:
         store = VectorStore.build(matrix, index._wanted_kind(len(documents)))
         lexical = LexicalIndex.build([d.text for d in documents])
         hashes = {d.case_id: "" for d in documents}
-        index._state = _State.assemble(list(documents), hashes, store, lexical, index.encoder().model_id)
+        index._state = IndexState.assemble(list(documents), hashes, store, lexical, index.encoder().model_id)
         return index
 
     @property
@@ -385,7 +273,7 @@ class KBIndex:
 
     # ---------------------------------------------------------------------------- search internals
 
-    def _state_or_raise(self) -> _State:
+    def _state_or_raise(self) -> IndexState:
         if self._state is None:
             raise RuntimeError("KBIndex is not open; use KBIndex.open(kb, index_dir, encoder_factory)")
         return self._state
@@ -397,13 +285,13 @@ class KBIndex:
                 self._encoder = self._encoder_factory()
             return self._encoder
 
-    def _embed_query(self, query: str, state: _State) -> np.ndarray:
+    def _embed_query(self, query: str, state: IndexState) -> np.ndarray:
         vec = self.encoder().encode([query])
         if vec.shape != (1, state.dim):
             raise ValueError(f"encoder returned shape {vec.shape}, index dimension is {state.dim}")
         return vec[0]
 
-    def _dense_ranking(self, state: _State, qv: np.ndarray, k: int) -> dict[int, tuple[float, int]]:
+    def _dense_ranking(self, state: IndexState, qv: np.ndarray, k: int) -> dict[int, tuple[float, int]]:
         """Cases by their best document's cosine, best first: {case position: (score, row)}, at least k
         cases when the index has them. Only the store's candidate window is aggregated (no pass over all
         documents); small indexes (the real KB) put every document in the window."""
@@ -418,7 +306,7 @@ class KBIndex:
                 return ranking
             window = min(n_docs, window * 4)
 
-    def _exact_dense(self, state: _State, qv: np.ndarray, pos: int) -> tuple[float, int]:
+    def _exact_dense(self, state: IndexState, qv: np.ndarray, pos: int) -> tuple[float, int]:
         """Exact best cosine of one case (a BM25 candidate outside the dense window)."""
         rows = state.case_rows(pos)
         with self._store_lock:
@@ -436,11 +324,11 @@ class KBIndex:
         hashes = {case.id: case_hash(case) for case in cases}
         lock = self._acquire_lock()
         try:
-            stored: _Stored | None = None
+            stored: StoredIndex | None = None
             problem = ""
             try:
-                stored = self._read_stored()
-            except _Invalid as exc:
+                stored = read_stored_index(self.index_dir)
+            except InvalidStoredIndex as exc:
                 problem = str(exc)
             model_id = self.encoder().model_id
             if stored is not None and stored.manifest.get("model_id") != model_id:
@@ -455,7 +343,7 @@ class KBIndex:
 
     def _build_from(
         self,
-        stored: _Stored | None,
+        stored: StoredIndex | None,
         docs_by_case: dict[str, list[Document]],
         kb_order: list[str],
         hashes: dict[str, str],
@@ -474,7 +362,7 @@ class KBIndex:
         kind = self._wanted_kind(len(docs))
         unchanged = stored is not None and stored_keys == new_keys and stored.store.kind == kind
         if unchanged and stored is not None and stored.lexical is not None:
-            state = _State.assemble(
+            state = IndexState.assemble(
                 docs,
                 hashes,
                 stored.store,
@@ -546,7 +434,7 @@ class KBIndex:
         else:
             lexical = LexicalIndex.build([d.text for d in docs])
         model_id = self.encoder().model_id
-        state = _State.assemble(docs, hashes, store, lexical, model_id)
+        state = IndexState.assemble(docs, hashes, store, lexical, model_id)
         state = self._persist(state)
         self._state = state
         action = "built" if stored is None else "updated"
@@ -564,7 +452,7 @@ class KBIndex:
 
     def _apply(
         self,
-        state: _State,
+        state: IndexState,
         docs: list[Document],
         hashes: dict[str, str],
         *,
@@ -603,7 +491,7 @@ class KBIndex:
             rows = [encoded[s] if s in encoded else old_vectors[old_row[s]] for s in new_keys]
             store = VectorStore.build(np.vstack(rows) if rows else empty, kind, dim=state.dim)
         lexical = LexicalIndex.build([d.text for d in docs])
-        new_state = _State.assemble(docs, hashes, store, lexical, state.model_id)
+        new_state = IndexState.assemble(docs, hashes, store, lexical, state.model_id)
         with self._file_lock_for_write():
             new_state = self._persist(new_state)
         self._state = new_state
@@ -638,23 +526,20 @@ class KBIndex:
     def _acquire_lock(self) -> FileLock | None:
         """The directory lock, or None when the directory cannot be written: then a valid stored index
         is still read, and the first write that is needed turns the index memory-only (one warning)."""
-        try:
-            self.index_dir.mkdir(parents=True, exist_ok=True)
-            if not os.access(self.index_dir, os.W_OK):
-                raise PermissionError(13, "read-only directory")
-            lock = FileLock(str(self.index_dir / LOCK_NAME), timeout=LOCK_TIMEOUT_S)
-            lock.acquire()
-            return lock
-        except LockTimeout:
-            self._write_problem = (
-                f"another process has held {self.index_dir / LOCK_NAME} for {LOCK_TIMEOUT_S:.0f} s"
-            )
-        except OSError as exc:
-            self._write_problem = f"cannot write to {self.index_dir} ({exc.strerror or exc})"
-        return None
+        lock, problem = acquire_directory_lock(self.index_dir)
+        if problem:
+            self._write_problem = problem
+        return lock
 
-    def _file_lock_for_write(self) -> _LockContext:
-        return _LockContext(self)
+    @contextmanager
+    def _file_lock_for_write(self) -> Iterator[None]:
+        """Directory lock for upsert/remove/rebuild; degrades to memory-only like open()."""
+        lock = self._acquire_lock() if self.persistent else None
+        try:
+            yield
+        finally:
+            if lock is not None:
+                lock.release()
 
     def _go_memory_only(self, why: str) -> None:
         self._persistent = False
@@ -663,131 +548,27 @@ class KBIndex:
             _readonly_warned.add(key)
             log.warning("search index: %s; keeping the index in memory only", why)
 
-    def _read_stored(self) -> _Stored:
-        path = self.index_dir / MANIFEST_NAME
-        try:
-            raw = path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise _Invalid("missing") from None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise _Invalid(f"has an unreadable manifest ({exc})") from exc
-        try:
-            manifest = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise _Invalid(f"has a corrupt manifest ({exc.msg} at line {exc.lineno})") from exc
-        if not isinstance(manifest, dict):
-            raise _Invalid("has a corrupt manifest (not a JSON object)")
-        if manifest.get("format_version") != FORMAT_VERSION:
-            raise _Invalid(
-                f"has format version {manifest.get('format_version')!r} (this version reads {FORMAT_VERSION})"
-            )
-        try:
-            docs = manifest["documents"]
-            dim = int(manifest["dimension"])
-            vectors_file = str(manifest["vectors_file"])
-            vectors_size = int(manifest["vectors_bytes"])
-            bm25_dir = str(manifest["bm25_dir"])
-            str(manifest["model_id"])
-            if not isinstance(docs, list) or not all(
-                isinstance(d, dict) and {"case", "doc", "sha256"} <= d.keys() for d in docs
-            ):
-                raise TypeError("documents")
-        except (KeyError, TypeError, ValueError) as exc:
-            raise _Invalid(f"has a corrupt manifest (field {exc})") from exc
-        if not _GEN_RE.match(vectors_file) or not _GEN_RE.match(bm25_dir):
-            raise _Invalid("has a corrupt manifest (bad data file names)")
-        vectors_path = self.index_dir / vectors_file
-        try:
-            size = vectors_path.stat().st_size
-        except OSError:
-            raise _Invalid(f"is missing its vector file {vectors_file}") from None
-        if size != vectors_size:
-            raise _Invalid(
-                f"has a truncated or altered vector file ({size} bytes, manifest says {vectors_size})"
-            )
-        try:
-            store = VectorStore.load(vectors_path)
-        except StoreError as exc:
-            raise _Invalid(f"has a corrupt vector file ({exc})") from exc
-        if store.dim != dim or len(store) != len(docs):
-            raise _Invalid(
-                f"has vectors of shape ({len(store)}, {store.dim}), manifest expects ({len(docs)}, {dim})"
-            )
-        lexical: LexicalIndex | None = None
-        lexical_problem = ""
-        try:
-            if manifest.get("tokenizer") != TOKENIZER_VERSION:
-                raise LexicalError(f"BM25 built with tokenizer {manifest.get('tokenizer')!r}")
-            lexical = LexicalIndex.load(self.index_dir / bm25_dir)
-            if lexical.n_docs != len(docs):
-                raise LexicalError(f"BM25 index has {lexical.n_docs} documents, expected {len(docs)}")
-        except LexicalError as exc:
-            lexical, lexical_problem = None, f"BM25 index unusable ({exc})"
-        return _Stored(manifest, docs, store, lexical, lexical_problem)
-
-    def _persist(self, state: _State) -> _State:
-        """Write data files under a new generation name, then the manifest (the commit point), then
-        delete older generations. Caller holds the directory lock. On failure: memory only."""
+    def _persist(self, state: IndexState) -> IndexState:
+        """Write `state` as a new generation (indexer.persist). Caller holds the directory lock. On
+        failure: memory only."""
         if not self._persistent:
             return state
         if self._write_problem:
             self._go_memory_only(self._write_problem)
             return state
-        generation = f"{time.time_ns():x}{os.getpid():x}"
-        vectors_file, bm25_dir = f"vectors-{generation}.faiss", f"bm25-{generation}"
         try:
-            size = state.store.save(self.index_dir / vectors_file)
-            state.lexical.save(self.index_dir / bm25_dir)
-            manifest = {
-                "format_version": FORMAT_VERSION,
-                "model_id": state.model_id,
-                "dimension": state.dim,
-                "normalisation": "L2-normalised vectors, inner product (cosine)",
-                "documents_from": "case.search_text() + indexer.text.normalize_log_text(example.log)",
-                "tokenizer": TOKENIZER_VERSION,
-                "store_kind": state.store.kind,
-                "kb_content_hash": kb_content_hash(state.case_hashes),
-                "case_hashes": dict(sorted(state.case_hashes.items())),
-                "generation": generation,
-                "vectors_file": vectors_file,
-                "vectors_bytes": size,
-                "bm25_dir": bm25_dir,
-                "documents": [{"case": d.case_id, "doc": d.name, "sha256": d.sha256} for d in state.docs],
-                "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            }
-            atomic_write_text(self.index_dir / MANIFEST_NAME, json.dumps(manifest, indent=1) + "\n")
+            generation = write_generation(self.index_dir, state)
         except OSError as exc:
             self._go_memory_only(f"cannot write to {self.index_dir} ({exc.strerror or exc})")
-            _remove_paths(self.index_dir / vectors_file, self.index_dir / bm25_dir)
             return state
-        _remove_paths(
-            *(
-                p
-                for p in self.index_dir.iterdir()
-                if (_GEN_RE.match(p.name) and generation not in p.name) or p.name.endswith(".tmp")
-            )
-        )
         return replace(state, generation=generation)
 
 
-class _LockContext:
-    """Directory lock for upsert/remove/rebuild; degrades to memory-only like open()."""
-
-    def __init__(self, index: KBIndex):
-        self._index = index
-        self._lock: FileLock | None = None
-
-    def __enter__(self) -> _LockContext:
-        if self._index.persistent:
-            self._lock = self._index._acquire_lock()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._lock is not None:
-            self._lock.release()
+# --------------------------------------------------------------------------------------------------
+# ranking helpers: per-case aggregation of per-document scores
 
 
-def _first_per_case(state: _State, scores: np.ndarray, rows: np.ndarray) -> dict[int, tuple[float, int]]:
+def _first_per_case(state: IndexState, scores: np.ndarray, rows: np.ndarray) -> dict[int, tuple[float, int]]:
     """Documents sorted best first → each case's first (= best) document, cases in that order."""
     order = np.lexsort((rows, -scores))  # by score, ties by row: deterministic
     scores, rows = scores[order], rows[order]
@@ -797,7 +578,7 @@ def _first_per_case(state: _State, scores: np.ndarray, rows: np.ndarray) -> dict
     return {int(cases[i]): (float(scores[i]), int(rows[i])) for i in first}
 
 
-def _lexical_ranking(state: _State, doc_scores: np.ndarray, k: int) -> dict[int, tuple[float, int]]:
+def _lexical_ranking(state: IndexState, doc_scores: np.ndarray, k: int) -> dict[int, tuple[float, int]]:
     """Top k cases by their best document's BM25 score (> 0 only), best first. A case has at most
     max_docs_per_case documents, so the top k × that many documents hold the top k cases."""
     n_docs = len(doc_scores)
@@ -810,7 +591,7 @@ def _lexical_ranking(state: _State, doc_scores: np.ndarray, k: int) -> dict[int,
     return dict(list(ranking.items())[:k])
 
 
-def _case_best(state: _State, doc_scores: np.ndarray, pos: int) -> tuple[float, int]:
+def _case_best(state: IndexState, doc_scores: np.ndarray, pos: int) -> tuple[float, int]:
     rows = state.case_rows(pos)
     best = int(np.argmax(doc_scores[rows.start : rows.stop]))
     return float(doc_scores[rows.start + best]), rows.start + best
@@ -820,19 +601,17 @@ def _rrf(*ranks: int | None) -> float:
     return sum(1.0 / (RRF_K + r) for r in ranks if r is not None)
 
 
-def _sha(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
-
-
-def _remove_paths(*paths: Path) -> None:
-    for p in paths:
-        try:
-            if p.is_dir():
-                shutil.rmtree(p, ignore_errors=True)
-            elif p.exists():
-                p.unlink()
-        except OSError:
-            pass
-
-
-__all__ = ["Document", "Hit", "IndexStats", "KBIndex", "case_documents"]
+# Re-exported: callers and tests import these from indexer.index.
+__all__ = [
+    "EXACT_WINDOW",
+    "FORMAT_VERSION",
+    "LOCK_NAME",
+    "LOCK_TIMEOUT_S",
+    "MANIFEST_NAME",
+    "RRF_K",
+    "Document",
+    "Hit",
+    "IndexStats",
+    "KBIndex",
+    "case_documents",
+]
