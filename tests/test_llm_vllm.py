@@ -171,6 +171,24 @@ class _KillDuringChat(LLMClient):
         return super().chat(*args, **kwargs)
 
 
+class _KillAfterFirstDelta(LLMClient):
+    """The real streaming client; right after the first text delta arrives the server is frozen and
+    SIGKILLed, so the stream dies mid-answer however fast the random weights would have finished."""
+
+    def __init__(self, server):
+        super().__init__(server.base_url)
+        self.server = server
+
+    def chat_stream(self, *args, **kwargs):
+        killed = False
+        for item in super().chat_stream(*args, **kwargs):
+            yield item
+            if not killed:
+                killed = True
+                self.server.freeze()
+                self.server.kill()
+
+
 @pytest.mark.slow
 def test_server_killed_mid_request_then_circuit_opens(live):
     """Restarts the shared server twice (~70 s); keep it the last test of this module."""
@@ -189,14 +207,10 @@ def test_server_killed_mid_request_then_circuit_opens(live):
         # 2. streaming request: killed after the first chunk
         live.start()
         exp = Explainer(
-            LLMClient(live.base_url), timeout_s=20, breaker=CircuitBreaker(failures=2, cooldown_s=60)
+            _KillAfterFirstDelta(live), timeout_s=20, breaker=CircuitBreaker(failures=2, cooldown_s=60)
         )
-        stream = exp.stream(make_diagnosis(), kb_cases(*CASES))
-        first = next(stream)
-        assert isinstance(first, str)
         killed_at = time.monotonic()
-        live.kill()
-        final = list(stream)[-1]
+        final = list(exp.stream(make_diagnosis(), kb_cases(*CASES)))[-1]
         assert isinstance(final, Explanation) and final.source == "kb"
         assert "LLM unavailable" in final.note, final.note
         assert time.monotonic() - killed_at < 5
