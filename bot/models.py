@@ -63,3 +63,41 @@ class Diagnosis:
     @property
     def best(self) -> Match | None:
         return self.matches[0] if self.matches else None
+
+
+@dataclass(frozen=True)
+class LogFacts:
+    """What vLLM, torch and the platform printed about themselves in a paste (read by bot/facts.py).
+
+    Every field is None when the log does not say it. Sizes are GiB; `sources` maps a field name to the
+    1-based line number it was read from, so evidence can quote the line. Shared by the explain flow
+    (rules over facts, the answer's "what the log says about your setup"), pictures and report drafts.
+    """
+
+    vllm_version: str | None = None
+    torch_version: str | None = None
+    cuda_version: str | None = None
+    driver_version: str | None = None
+    python_version: str | None = None
+    model: str | None = None
+    dtype: str | None = None
+    quantization: str | None = None
+    kv_cache_dtype: str | None = None
+    max_model_len: int | None = None
+    tensor_parallel_size: int | None = None
+    pipeline_parallel_size: int | None = None
+    gpu_memory_utilization: float | None = None
+    enforce_eager: bool | None = None
+    block_size: int | None = None
+    gpu_name: str | None = None
+    compute_capability: str | None = None  # "8.0"
+    gpu_count: int | None = None
+    total_gpu_memory_gib: float | None = None
+    weights_gib: float | None = None
+    activation_peak_gib: float | None = None
+    non_torch_gib: float | None = None
+    kv_cache_gib: float | None = None
+    gpu_blocks: int | None = None
+    cpu_blocks: int | None = None
+    max_concurrency: float | None = None
+    sources: dict[str, int] = field(default_factory=dict)

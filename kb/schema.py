@@ -15,6 +15,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 AREAS = ("memory", "cuda", "install", "model", "distributed", "hardware", "serving", "performance")
 Area = Literal["memory", "cuda", "install", "model", "distributed", "hardware", "serving", "performance"]
 Severity = Literal["critical", "high", "medium", "low"]
+# cause: a root error that explains a failure. symptom: a consequence that points at an earlier root error
+# (engine dead, worker died). advisory: a hint or warning (performance, deprecations) that never explains a
+# crash on its own. Matching uses the role to keep symptoms and advisories below causes with evidence.
+Role = Literal["cause", "symptom", "advisory"]
 
 CASE_ID_RE = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 URL_RE = re.compile(r"^https?://\S+$")
@@ -26,6 +30,9 @@ class _Strict(BaseModel):
 
 class FixStep(_Strict):
     text: str = Field(min_length=3)
+    # Chinese text of the step (commands stay as they are). Required for bundled cases by `kb lint`;
+    # cases added from Slack or the CLI may leave it empty, and the English text is shown instead.
+    text_zh: str = ""
     command: str | None = None
 
 
@@ -47,10 +54,16 @@ class Case(_Strict):
     title_zh: str = Field(min_length=2, max_length=80)
     area: Area
     severity: Severity
+    role: Role = "cause"
     secondary: bool = False
     signatures: list[str] = Field(min_length=1)
     keywords: list[str] = Field(default_factory=list)
     cause: str = Field(min_length=20)
+    # Chinese text (issue: Chinese-speaking teams). Optional in the schema so a new case can be filed from
+    # Slack in English; `kb lint` requires them for bundled cases.
+    summary_zh: str = ""
+    cause_zh: str = ""
+    keywords_zh: list[str] = Field(default_factory=list)
     fix: list[FixStep] = Field(min_length=1)
     examples: list[Example] = Field(min_length=2)
     checks: list[str] = Field(default_factory=list)

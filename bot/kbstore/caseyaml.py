@@ -19,7 +19,9 @@ from kb.schema import Case
 
 # Optional fields left out of the file when they hold their default (keeps new files as short as the
 # hand-written ones).
-_OMIT_WHEN_EMPTY = ("secondary", "keywords", "checks", "affects", "fixed_in")
+_OMIT_WHEN_EMPTY = (
+    "secondary", "keywords", "checks", "affects", "fixed_in", "summary_zh", "cause_zh", "keywords_zh",
+)
 
 
 class _CaseDumper(yaml.SafeDumper):
@@ -50,6 +52,8 @@ def case_to_data(case: Case) -> dict[str, Any]:
     for step in data.get("fix", []):
         if not step.get("command"):
             step.pop("command", None)
+        if not step.get("text_zh"):
+            step.pop("text_zh", None)
     return data
 
 
