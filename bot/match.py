@@ -72,6 +72,25 @@ class Thresholds:
 
 
 @dataclass(frozen=True)
+class MatchParams:
+    """Every tunable number of the matcher in one value, so `vllm-doctor eval` can tune it on one split of
+    the labelled logs and report another (docs/matching.md). Defaults are the calibrated values."""
+
+    match_threshold: float = DEFAULT_MATCH_THRESHOLD
+    uncertain_threshold: float = DEFAULT_UNCERTAIN_THRESHOLD
+    retrieval_margin: float = RETRIEVAL_MARGIN
+    dense_weight: float = 0.7
+    bm25_weight: float = 0.3
+    signature_root: float = 0.80  # base score of a signature hit on a root-error line
+    signature_other: float = 0.72  # ... on any other line
+    signature_secondary: float = 0.55  # ... of a symptom/advisory case
+    retrieval_scale: float = 0.75  # retrieval-only score multiplier
+
+    def thresholds(self) -> Thresholds:
+        return Thresholds(self.match_threshold, self.uncertain_threshold)
+
+
+@dataclass(frozen=True)
 class SignatureHit:
     line: LogLine
     pattern: str
@@ -139,13 +158,17 @@ class Matcher:
         thresholds: Thresholds | None = None,
         fusion: Fusion = "weighted",
         priors: Mapping[str, float] | None = None,
+        params: MatchParams | None = None,
     ):
-        """priors: optional case id → small score adjustment from user feedback (clamped to ±MAX_PRIOR)."""
+        """priors: optional case id → small score adjustment from user feedback (clamped to ±MAX_PRIOR).
+
+        thresholds, when given, override the ones in params (settings overrides)."""
+        self.params = params or MatchParams()
         self.kb = kb
         self.priors = priors
         self.cases = kb.by_id()
         self.index = index
-        self.thresholds = thresholds or Thresholds()
+        self.thresholds = thresholds or self.params.thresholds()
         self.fusion: Fusion = fusion
         self.scanner = SignatureScanner(kb.cases)
         self._case_words = {c.id: _words(c.search_text() + " " + " ".join(e.log for e in c.examples)) for c in kb.cases}
@@ -171,7 +194,8 @@ class Matcher:
                 rrf = sum(1.0 / (RRF_K + r) for r in (h.dense_rank, h.bm25_rank) if r is not None)
                 score = rrf / (2.0 / (RRF_K + 1)) * dense ** 0.5
             else:
-                score = 0.7 * dense + 0.3 * bm25 * min(1.0, h.bm25 / 8.0)
+                p = self.params
+                score = p.dense_weight * dense + p.bm25_weight * bm25 * min(1.0, h.bm25 / 8.0)
             out[h.case_id] = (
                 score,
                 {"dense": round(h.dense, 4), "bm25": round(h.bm25, 4), "retrieval": round(score, 4)},
@@ -193,12 +217,13 @@ class Matcher:
             hits = sig_hits.get(case_id, [])
             if hits:
                 on_root = any(h.line.line_no in root_lines for h in hits)
-                base = (0.55 if case.secondary else 0.80 if on_root else 0.72)
+                p = self.params
+                base = p.signature_secondary if case.secondary else p.signature_root if on_root else p.signature_other
                 score = base + 0.2 * r
                 tier = 1 if case.secondary else 2
                 parts["signature"] = 1.0
             else:
-                score = 0.75 * r
+                score = self.params.retrieval_scale * r
                 tier = 0
             prior = self._prior(case_id)
             if prior:
@@ -228,7 +253,7 @@ class Matcher:
         if len(matches) >= 2 and not matches[0].signature_hit:
             # Retrieval alone is only trusted when it clearly separates the best case from the next one;
             # two close candidates mean "uncertain", never a confident answer.
-            if matches[0].score - matches[1].score < RETRIEVAL_MARGIN:
+            if matches[0].score - matches[1].score < self.params.retrieval_margin:
                 capped = min(matches[0].score, round(self.thresholds.match - 0.01, 3))
                 matches[0] = replace(matches[0], score=capped)
         verdict = self.thresholds.verdict(matches[0].score) if matches else "unknown"
