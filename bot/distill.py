@@ -12,9 +12,8 @@ from bisect import bisect_right
 from collections import deque
 from itertools import accumulate, islice
 
-from bot.errors import BinaryInput, EmptyInput, InputTooLarge
 from bot.models import Distilled, LogLine
-from bot.redact import redact
+from bot.paste import Paste, decode_input, redacted  # noqa: F401 - decode_input: the entry, re-exported
 from indexer.text import BOILERPLATE_RE, clean_line, mask, strip_ansi
 
 MAX_EVIDENCE = 40
@@ -55,42 +54,6 @@ _ERROR_WORD = re.compile(r"(?i)\b(?:error|errors|failed|failure|fatal|refused|de
 _CJK = re.compile(r"[\u4e00-\u9fff]")
 
 
-def decode_input(data: str | bytes, max_bytes: int) -> tuple[str, tuple[str, ...]]:
-    """Bytes or text → text, refusing empty, binary and oversized input with a specific message."""
-    size = len(data.encode("utf-8", "surrogatepass")) if isinstance(data, str) and len(data) > max_bytes // 4 else len(data)
-    if size > max_bytes:
-        raise InputTooLarge(
-            f"The log is {size / 1e6:.1f} MB; the limit is {max_bytes / 1e6:.0f} MB. "
-            "Paste the last part of the log: the error is usually at the end."
-        )
-    notes: list[str] = []
-    if isinstance(data, bytes):
-        head = data[:8192]
-        if b"\x00" in head or (head and sum(b < 9 or 13 < b < 32 for b in head) / len(head) > 0.1):
-            raise BinaryInput(
-                "This looks like a binary file, not a text log. Paste the text of the error output "
-                "(or attach the .log/.txt file)."
-            )
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError:
-            try:
-                text = data.decode("gb18030")
-                notes.append("decoded as GB18030 (not UTF-8)")
-            except UnicodeDecodeError:
-                text = data.decode("utf-8", errors="replace")
-                notes.append("invalid UTF-8 bytes were replaced with U+FFFD")
-    else:
-        text = data
-        if "\x00" in text[:8192]:
-            raise BinaryInput("This looks like binary data, not a text log. Paste the text of the error output.")
-    if text.startswith("\ufeff"):
-        text = text[1:]
-    if not text.strip():
-        raise EmptyInput("The log is empty. Paste the error output of vLLM (the last 50-100 lines are usually enough).")
-    return text, tuple(notes)
-
-
 def _is_info(raw: str, stripped: str) -> bool:
     """True when the prefix that clean_line removed names the INFO or DEBUG level."""
     i = raw.find(stripped[:40])
@@ -128,8 +91,11 @@ def extra_keywords(literals: list[str]) -> tuple[str, ...]:
     return tuple(out)
 
 
-def distill(text: str, notes: tuple[str, ...] = (), keywords: tuple[str, ...] = ()) -> Distilled:
-    """Distil a decoded paste. Linear in its size. `keywords` extends the pre-filter (see extra_keywords)."""
+def distill(paste: Paste | str, notes: tuple[str, ...] = (), keywords: tuple[str, ...] = ()) -> Distilled:
+    """Distil a decoded paste. Linear in its size. `keywords` extends the pre-filter (see extra_keywords).
+    Plain text is redacted first (bot.paste.redacted), so nothing distilled ever holds a secret."""
+    paste = redacted(paste)
+    text, notes = paste.text, (*paste.notes, *notes)
     total_bytes = len(text)
     if "\x1b" in text:
         text = strip_ansi(text)
@@ -212,8 +178,7 @@ def distill(text: str, notes: tuple[str, ...] = (), keywords: tuple[str, ...] = 
     evidence = _select_evidence(roots, frames_for_root, context or info_context[-10:], lines)
     by_line = {c.line_no: c for c in (*head_candidates, *candidates)}
     cleaned_all = tuple(sorted(by_line.values(), key=lambda c: c.line_no)) or evidence
-    root_errors = tuple(_redact_line(r) for r in _limit_roots(roots))
-    evidence = tuple(_redact_line(e) for e in evidence)
+    root_errors = tuple(_limit_roots(roots))
     return Distilled(
         evidence=evidence,
         root_errors=root_errors,
@@ -284,11 +249,6 @@ def _select_evidence(
             if text:
                 chosen[line_no] = LogLine(line_no, text, "context")
     return tuple(sorted(chosen.values(), key=lambda c: c.line_no)[:MAX_EVIDENCE])
-
-
-def _redact_line(line: LogLine) -> LogLine:
-    red = redact(line.text)
-    return line if red == line.text else LogLine(line.line_no, red, line.kind)
 
 
 def _build_query(roots: tuple[LogLine, ...], evidence: tuple[LogLine, ...]) -> str:

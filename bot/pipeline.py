@@ -1,6 +1,6 @@
 """The engine, read this first. Both flows start here and data flows one way:
 
-    paste  → decode_input → distill → Matcher.match (signatures + BM25 + dense) → Diagnosis
+    paste  → decode_input (decode, check, redact: bot.paste) → distill → Matcher.match (signatures + BM25 + dense) → Diagnosis
            → Explainer (optional LLM, falls back to the KB case) → reply (CLI / Slack)
 
 `Doctor` owns the loaded KB, the index and the explainer; build it once per process.
@@ -15,10 +15,11 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bot.distill import decode_input, distill, extra_keywords
+from bot.distill import distill, extra_keywords
 from bot.errors import IndexUnavailable
 from bot.match import Matcher, Mode, Thresholds, signature_literals
 from bot.models import Diagnosis
+from bot.paste import Paste, decode_input
 from bot.settings import Settings, get_settings
 from kb.loader import DEFAULT_CASES_DIR, KnowledgeBase, case_files, load_kb
 from kb.schema import Case
@@ -140,12 +141,13 @@ class Doctor:
             self._matcher = None
 
     # -- flow 1: paste → diagnosis -----------------------------------------------------------------
-    def diagnose(self, data: str | bytes, mode: Mode = "hybrid") -> Diagnosis:
-        """Raises bot.errors.UserInputError (EmptyInput, BinaryInput, InputTooLarge) for bad input."""
+    def diagnose(self, data: str | bytes | Paste, mode: Mode = "hybrid") -> Diagnosis:
+        """Raises bot.errors.UserInputError (EmptyInput, BinaryInput, InputTooLarge) for bad input.
+        Raw input is decoded and redacted here (bot.paste) before anything else looks at it."""
         started = time.perf_counter()
         self.reload_if_changed()
-        text, notes = decode_input(data, self.settings.max_input_bytes)
-        distilled = distill(text, notes, self._keywords)
+        paste = decode_input(data, self.settings.max_input_bytes)
+        distilled = distill(paste, keywords=self._keywords)
         verdict, matches = self.matcher.match(distilled, mode=mode)
         return Diagnosis(verdict, matches, distilled, elapsed_ms=(time.perf_counter() - started) * 1000)
 
