@@ -17,7 +17,7 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from bot.errors import DoctorError, UserInputError
 
@@ -48,12 +48,23 @@ def _read_input(path: str | None) -> bytes:
         raise UserInputError(f"cannot read {path}: {exc.strerror}") from exc
 
 
+# A match quotes its evidence lines; the full text of a line is in the top-level "evidence" (once), so a
+# 2 MB single-line paste is not printed again for every match.
+MATCH_EVIDENCE_CHARS = 1000
+
+
+def _quote(text: str) -> str:
+    if len(text) <= MATCH_EVIDENCE_CHARS:
+        return text
+    return f"{text[:MATCH_EVIDENCE_CHARS]} … [{len(text) - MATCH_EVIDENCE_CHARS} more characters]"
+
+
 def match_to_json(m: Any, full: bool = True) -> dict:
     out = {
         "case_id": m.case_id,
         "title": m.title,
         "score": m.score,
-        "evidence": [{"line": e.line_no, "text": e.text, "why": e.why} for e in m.evidence],
+        "evidence": [{"line": e.line_no, "text": _quote(e.text), "why": e.why} for e in m.evidence],
     }
     if full:
         out.update(title_zh=m.title_zh, area=m.area, signature_hit=m.signature_hit, scores=m.scores)
@@ -73,35 +84,60 @@ def diagnosis_to_json(d: Any, explanation: Any = None) -> dict:
     }
 
 
+def _open_batch(path: str) -> BinaryIO:
+    """The batch input as bytes: records are split on b"\\n" only (a bare \\r inside a log is data)."""
+    if path == "-":
+        return sys.stdin.buffer
+    try:
+        return open(path, "rb")  # noqa: SIM115 - closed by the caller's `with`
+    except OSError as exc:
+        raise UserInputError(f"cannot read {path}: {exc.strerror or exc}") from exc
+
+
+def _json_line(obj: dict[str, Any]) -> str:
+    """One JSON line; text that cannot be written as UTF-8 (a lone surrogate in an id) is \\u-escaped."""
+    line = json.dumps(obj, ensure_ascii=False)
+    try:
+        line.encode("utf-8")
+    except UnicodeEncodeError:
+        line = json.dumps(obj)
+    return line + "\n"
+
+
+def _batch_answer(doctor: Any, n: int, raw: bytes) -> dict[str, Any]:
+    """The object for input line `n`; every failure becomes its own error object (batch contract)."""
+    item_id: Any = None
+    try:
+        if not raw.strip():
+            raise ValueError("empty line")
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"not valid UTF-8 (byte {exc.start})") from None
+        item = json.loads(text)
+        if not isinstance(item, dict):
+            raise ValueError("not a JSON object")
+        item_id = item.get("id")
+        log = item.get("log")
+        if not isinstance(log, str):
+            raise ValueError('missing string field "log"')
+        d = doctor.diagnose(log)
+        return {"id": item_id, "verdict": d.verdict, "matches": [match_to_json(m, full=False) for m in d.matches]}
+    except (ValueError, UserInputError) as exc:  # json.JSONDecodeError is a ValueError
+        return {"id": item_id, "verdict": "unknown", "matches": [], "error": f"line {n}: {exc}"}
+    except Exception:  # noqa: BLE001 - one bad record must not cost the others their answers
+        logging.getLogger(__name__).exception("batch line %d failed", n)
+        return {"id": item_id, "verdict": "unknown", "matches": [], "error": f"line {n}: internal error (see stderr)"}
+
+
 def _run_jsonl(args: argparse.Namespace) -> int:
     """Batch contract: exactly one JSON object per input line on stdout, in order; nothing else."""
+    src = _open_batch(args.jsonl)  # a missing file fails before the (slow) engine loads
     doctor = _doctor()
-    src = sys.stdin if args.jsonl == "-" else open(args.jsonl, encoding="utf-8", errors="replace")
     out = sys.stdout
     with src:
         for n, raw in enumerate(src, 1):
-            if not raw.strip():
-                obj = {"id": None, "verdict": "unknown", "matches": [], "error": f"line {n}: empty line"}
-                out.write(json.dumps(obj, ensure_ascii=False) + "\n")
-                continue
-            item_id: Any = None
-            try:
-                item = json.loads(raw)
-                if not isinstance(item, dict):
-                    raise ValueError("not a JSON object")
-                item_id = item.get("id")
-                log = item.get("log")
-                if not isinstance(log, str):
-                    raise ValueError('missing string field "log"')
-                d = doctor.diagnose(log)
-                obj = {
-                    "id": item_id,
-                    "verdict": d.verdict,
-                    "matches": [match_to_json(m, full=False) for m in d.matches],
-                }
-            except (ValueError, UserInputError) as exc:
-                obj = {"id": item_id, "verdict": "unknown", "matches": [], "error": f"line {n}: {exc}"}
-            out.write(json.dumps(obj, ensure_ascii=False) + "\n")
+            out.write(_json_line(_batch_answer(doctor, n, raw)))
             out.flush()
     return 0
 

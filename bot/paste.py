@@ -98,13 +98,21 @@ def _size(data: str | bytes, max_bytes: int) -> int:
     return len(data.encode("utf-8", "surrogatepass"))
 
 
-def _decode_bytes(data: bytes, notes: list[str]) -> str:
+def decode_by_bom(data: bytes) -> tuple[str, str] | None:
+    """(text, codec) when `data` starts with a Unicode byte order mark, else None."""
     for bom, codec in _BOMS:
         if data.startswith(bom):
-            text = data[len(bom):].decode(codec, errors="replace")
-            if codec != "utf-8":
-                notes.append(f"decoded as {codec.upper()} (byte order mark)")
-            return text
+            return data[len(bom):].decode(codec, errors="replace"), codec
+    return None
+
+
+def _decode_bytes(data: bytes, notes: list[str]) -> str:
+    by_bom = decode_by_bom(data)
+    if by_bom is not None:
+        text, codec = by_bom
+        if codec != "utf-8":
+            notes.append(f"decoded as {codec.upper()} (byte order mark)")
+        return text
     head = data[:_HEAD]
     if b"\x1b" in head:  # colour codes are text, not binary
         head = _ANSI_BYTES.sub(b"", head)

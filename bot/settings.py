@@ -7,13 +7,28 @@ settings table (tests/test_settings.py fails when one is missing there).
 from __future__ import annotations
 
 import os
+import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
-from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_settings import (
+    BaseSettings,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    SettingsError,
+)
 
 from bot.errors import ConfigError
 
@@ -400,4 +415,22 @@ class Settings(BaseSettings):
 
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:
-    return Settings()
+    """The process settings; a bad value is a ConfigError with one line per problem (never a traceback).
+    Values are not echoed: a bad value may be a token."""
+    try:
+        return Settings()
+    except ValidationError as exc:
+        problems = [f"{'.'.join(str(p) for p in err['loc']) or 'settings'}: {err['msg']}" for err in exc.errors()]
+        raise ConfigError("invalid setting " + "; ".join(problems)) from None
+    except SettingsError as exc:
+        raise ConfigError(f"invalid setting {_env_name_in(str(exc))}: not valid JSON") from None
+
+
+def _env_name_in(message: str) -> str:
+    """'error parsing value for field "runner_access" …' → VLLM_DOCTOR_RUNNER_ACCESS (its env var)."""
+    match = re.search(r'field "(\w+)"', message)
+    field = Settings.model_fields.get(match.group(1)) if match else None
+    alias = field.validation_alias if field is not None else None
+    if isinstance(alias, AliasChoices) and alias.choices:
+        return str(alias.choices[0])
+    return match.group(1) if match else "(unknown)"

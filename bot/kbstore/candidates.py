@@ -18,7 +18,7 @@ from bot.distill import distill
 from bot.kbstore.db import Database
 from bot.kbstore.suggest import generalise
 from bot.match import SignatureScanner
-from bot.redact import redact
+from bot.paste import redacted
 from indexer.text import clean_line, mask
 from kb.schema import Case
 
@@ -81,11 +81,11 @@ class CandidateStore:
         now: float | None = None,
     ) -> Candidate | None:
         """Record (or count again) a log; returns None for a text with nothing in it."""
-        safe = redact(_without_line_numbers(text)).strip()
+        safe = redacted(_without_line_numbers(text)).text.strip()
         if not safe:
             return None
         fingerprint, summary = _fingerprint(safe)
-        summary = redact(summary)[:MAX_SUMMARY]
+        summary = summary[:MAX_SUMMARY]  # from the redacted text
         safe = safe[-MAX_TEXT:]  # log tails carry the error
         now = time.time() if now is None else now
         with self.db.write() as conn:

@@ -43,7 +43,7 @@ from bot.kbstore.suggest import (
     suggest_title,
 )
 from bot.kbstore.writer import CaseWriter, Written
-from bot.redact import redact
+from bot.paste import Paste, redacted
 from kb.loader import DEFAULT_CASES_DIR, load_case_file
 from kb.schema import AREAS, Case, Example
 
@@ -203,20 +203,21 @@ class KBGrowth:
         return Checked(case, report, nearest, likely_duplicates(nearest, self.duplicate_threshold))
 
     # -- Slack: draft → check → stage → submit → review ---------------------------------------------------
-    def suggest(self, text: str, *, permalink: str | None = None,
+    def suggest(self, text: str | Paste, *, permalink: str | None = None,
                 more_examples: Sequence[tuple[str, str]] = ()) -> tuple[CaseForm, list[SignatureSuggestion], list[Similar]]:
         """Pre-fill from a log: its evidence lines as the first example, suggested signatures, title, area,
         and the nearest known cases. Nothing is stored."""
-        distilled = distill(text)
+        paste = redacted(text)  # from here on only the redacted text exists
+        distilled = distill(paste)
         matches: tuple[Any, ...] = ()
         try:
-            matches = self.engine.diagnose(text).matches
+            matches = self.engine.diagnose(paste).matches
         except UserInputError:
             pass
-        suggestions = suggest_signatures(text, healthy=self.healthy, others=self._others(), distilled=distilled)
-        blocks = [f"{permalink or 'https://slack.com/'}\n{example_text(text, distilled)}"]
+        suggestions = suggest_signatures(paste.text, healthy=self.healthy, others=self._others(), distilled=distilled)
+        blocks = [f"{permalink or 'https://slack.com/'}\n{example_text(paste.text, distilled)}"]
         for url, more in more_examples:
-            blocks.append(f"{url}\n{example_text(more)}")
+            blocks.append(f"{url}\n{example_text(redacted(more).text)}")
         form = CaseForm(
             title=suggest_title(distilled),
             area=suggest_area(distilled, matches),
@@ -229,7 +230,7 @@ class KBGrowth:
 
     def draft_from_log(
         self,
-        text: str,
+        text: str | Paste,
         *,
         author_id: str,
         author_name: str = "",
@@ -239,14 +240,15 @@ class KBGrowth:
         more_examples: Sequence[tuple[str, str]] = (),
     ) -> Draft:
         """suggest(), and a draft submission that the Slack form refers to by id."""
-        form, suggestions, nearest = self.suggest(text, permalink=permalink, more_examples=more_examples)
+        paste = redacted(text)
+        form, suggestions, nearest = self.suggest(paste, permalink=permalink, more_examples=more_examples)
         sub = self.submissions.create_draft(
             author_id=author_id,
             author_name=author_name,
             channel=channel,
             message_ts=message_ts,
             permalink=permalink,
-            source_text=redact(text)[-MAX_SOURCE_TEXT:],
+            source_text=paste.text[-MAX_SOURCE_TEXT:],
             prefill={
                 "form": form.as_dict(),
                 "nearest": [dataclasses.asdict(s) for s in nearest],

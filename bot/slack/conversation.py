@@ -16,6 +16,7 @@ from slack_sdk.errors import SlackApiError
 
 from bot import errors
 from bot.models import Diagnosis
+from bot.paste import Paste, decode_input
 from bot.slack import blocks
 from bot.slack.blocks import Message
 from bot.slack.deps import SlackDeps
@@ -64,8 +65,9 @@ def tell_user(client: Any, where: Where, message: Message) -> None:
     client.chat_postMessage(channel=where.channel, thread_ts=where.thread_ts, **message.as_kwargs())
 
 
-def gather_text(deps: SlackDeps, client: Any, request: LogRequest) -> str:
-    """The message text plus the text of any shared files, size-checked; raises UserInputError."""
+def gather_text(deps: SlackDeps, client: Any, request: LogRequest) -> Paste:
+    """The message text plus the text of any shared files, size-checked and redacted (bot.paste): from
+    here on only the redacted text exists. Raises UserInputError."""
     parts = [request.text] if request.text.strip() else []
     for file in request.files:
         shared = fetch_file_text(
@@ -76,26 +78,26 @@ def gather_text(deps: SlackDeps, client: Any, request: LogRequest) -> str:
     if not text.strip():
         raise errors.EmptyInput("I did not find any log text in that message. Paste the error log (or attach it as a file).")
     check_text_size(text, deps.max_bytes, "That log")
-    return text
+    return decode_input(text, deps.max_bytes)
 
 
 def diagnose_and_answer(deps: SlackDeps, client: Any, request: LogRequest) -> str | None:
     """The whole conversation. Returns the answer id (None when the input was refused)."""
     where = request.where
     try:
-        text = gather_text(deps, client, request)
+        paste = gather_text(deps, client, request)
     except errors.UserInputError as exc:
         if not request.only_if_log_like:  # nobody asked: stay quiet
             tell_user(client, where, blocks.input_error(str(exc)))
         return None
-    if request.only_if_log_like and not looks_like_error_log(text):
+    if request.only_if_log_like and not looks_like_error_log(paste.text):
         return None
 
     post = _Poster(client, where, deps.settings.slack_update_interval_s)
     post.placeholder(blocks.placeholder())
 
     try:
-        diagnosis = deps.engine.diagnose(text)
+        diagnosis = deps.engine.diagnose(paste)
     except errors.UserInputError as exc:
         post.retract()
         tell_user(client, where, blocks.input_error(str(exc)))
