@@ -322,6 +322,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:  # noqa: BLE001 - a bug or an unforeseen fault: one line, never a traceback
+        logging.getLogger("bot.cli").debug("unexpected error", exc_info=True)
+        from bot.redact import redact
+
+        print(f"error: unexpected {type(exc).__name__}: {redact(str(exc))[:300]} (run with -v for details)", file=sys.stderr)
+        return 1
 
 
 def entry() -> None:

@@ -9,6 +9,7 @@ Writes use BEGIN IMMEDIATE, so read-modify-write sequences (claiming a submissio
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import threading
 from collections.abc import Iterator
@@ -16,6 +17,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from bot.errors import ConfigError
+from bot.sqlite_recovery import check_sqlite_file, connect_read_only
+
+log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
 BUSY_TIMEOUT_MS = 10_000
@@ -85,8 +89,16 @@ class Database:
         self._ready = False
         self._init_lock = threading.Lock()
         self._local = threading.local()
+        self.read_only = False  # set when the file cannot be written: reads work, writes say why not
 
     def _connect(self) -> sqlite3.Connection:
+        if self.read_only:
+            try:
+                conn = connect_read_only(self.path, BUSY_TIMEOUT_MS / 1000)
+            except sqlite3.Error as exc:
+                raise ConfigError(f"cannot open the KB database {self.path}: {exc} (setting VLLM_DOCTOR_KB_DB)") from exc
+            conn.row_factory = sqlite3.Row
+            return conn
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
@@ -104,6 +116,10 @@ class Database:
             return
         with self._init_lock:
             if self._ready:
+                return
+            state = check_sqlite_file(self.path, "KB database", "VLLM_DOCTOR_KB_DB")  # damaged: moved aside
+            if state.read_only:
+                self._open_read_only(state.exists)
                 return
             conn = self._connect()
             try:
@@ -130,6 +146,23 @@ class Database:
                 conn.close()
             self._ready = True
 
+    def _open_read_only(self, exists: bool) -> None:
+        """Reading commands work on a file this process cannot write; writes raise ConfigError."""
+        if not exists:
+            raise ConfigError(f"the KB database {self.path} does not exist and cannot be created here "
+                              "(read-only; setting VLLM_DOCTOR_KB_DB)")
+        self.read_only = True
+        conn = self._connect()
+        try:
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+        finally:
+            conn.close()
+        if version != SCHEMA_VERSION:
+            raise ConfigError(f"the KB database {self.path} is read-only and has schema {version}, "
+                              f"not {SCHEMA_VERSION} (setting VLLM_DOCTOR_KB_DB)")
+        log.warning("the KB database %s is read-only: reading works, votes and submissions cannot be saved", self.path)
+        self._ready = True
+
     def _conn(self) -> sqlite3.Connection:
         self._ensure_schema()
         conn = getattr(self._local, "conn", None)
@@ -145,6 +178,8 @@ class Database:
     def write(self) -> Iterator[sqlite3.Connection]:
         """One IMMEDIATE transaction: committed on success, rolled back on any exception."""
         conn = self._conn()
+        if self.read_only:
+            raise ConfigError(f"the KB database {self.path} is read-only; nothing can be saved (setting VLLM_DOCTOR_KB_DB)")
         conn.execute("BEGIN IMMEDIATE")
         try:
             yield conn

@@ -24,6 +24,7 @@ from typing import Any
 from bot.errors import ConfigError
 from bot.slack.recent import AnswerRecord
 from bot.slack.thread_facts import ThreadHostFacts
+from bot.sqlite_recovery import check_sqlite_file
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +75,7 @@ class SlackStateDB:
         self._count_lock = threading.Lock()
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
+            check_sqlite_file(self.path, "Slack state file", "VLLM_DOCTOR_SLACK_STATE_DB")  # damaged: moved aside
             with closing(self._connect()) as db:
                 if str(db.execute("PRAGMA journal_mode = WAL").fetchone()[0]).lower() != "wal":
                     log.info("%s: WAL not available here (network file system?); using a rollback journal", self.path)
