@@ -35,6 +35,7 @@ class Doctor:
         self.settings = settings
         self.cases_dir = Path(settings.kb_dir) if settings.kb_dir else DEFAULT_CASES_DIR
         self._lock = threading.RLock()
+        self._kb_from_dir = kb is None  # then the index is written for the newest files (see _open_index)
         self._kb = kb or load_kb(self.cases_dir, strict=False)
         for err in self._kb.errors:
             log.error("KB lint error, case skipped: %s", err)
@@ -92,7 +93,7 @@ class Doctor:
             self._keywords = extra_keywords(signature_literals(kb.cases))
             if self._index is not None:
                 self._index = self._open_index(kb)  # incremental: only changed cases are re-embedded
-                self._matcher = Matcher(kb, self._index, self.thresholds, priors=self._priors)
+                self._matcher = Matcher(self._kb, self._index, self.thresholds, priors=self._priors)
             return True
 
     def _encoder(self) -> Any:
@@ -105,13 +106,28 @@ class Doctor:
             return self._encoder_instance
 
     def _open_index(self, kb: KnowledgeBase, force_rebuild: bool = False) -> Any:
+        """Open the index. The KB is read again under the index's directory lock, so a case another
+        process wrote meanwhile is indexed too (never lost from the saved index); this engine then
+        serves that newest KB."""
         from indexer.encoder import EncoderUnavailable
         from indexer.index import KBIndex
 
+        newest = [kb]
+
+        def reread() -> list[Case]:
+            newest[0] = load_kb(self.cases_dir, strict=False)
+            return list(newest[0].cases)
+
         try:
-            return KBIndex.open(kb, Path(self.settings.index_dir), self._encoder, force_rebuild=force_rebuild)
+            index = KBIndex.open(kb, Path(self.settings.index_dir), self._encoder, force_rebuild=force_rebuild,
+                                 reread=reread if self._kb_from_dir else None)
         except EncoderUnavailable as exc:
             raise IndexUnavailable(str(exc)) from exc
+        if newest[0] is not kb and newest[0].content_hash != self._kb.content_hash:
+            self._kb = newest[0]  # the stamp stays: the next request re-reads the files once more
+            self._keywords = extra_keywords(signature_literals(newest[0].cases))
+            self._matcher = None
+        return index
 
     def rebuild_index(self) -> Any:
         """Re-embed every case (`vllm-doctor index --rebuild`)."""
@@ -131,7 +147,8 @@ class Doctor:
     def matcher(self) -> Matcher:
         with self._lock:
             if self._matcher is None:
-                self._matcher = Matcher(self._kb, self.index, self.thresholds, priors=self._priors)
+                index = self.index  # first: opening it may move this engine to a newer KB
+                self._matcher = Matcher(self._kb, index, self.thresholds, priors=self._priors)
             return self._matcher
 
     def set_priors(self, priors: Mapping[str, float] | None) -> None:
