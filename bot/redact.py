@@ -182,7 +182,7 @@ _RULES: tuple[_Rule, ...] = (
     _rule("groq-key", _word_start("gsk_") + r"[A-Za-z0-9]{40,64}\b", ()),
     _rule("sendgrid-key", _word_start("SG.") + r"[A-Za-z0-9_-]{22}\.[A-Za-z0-9_-]{43}\b", ()),
     # bot id (public) stays, the secret after the colon goes; anchored on the literal ":AA" for speed
-    _rule("telegram-bot-token", r"(?P<head>:)AA(?<=[0-9]{8}:AA)[A-Za-z0-9_-]{33}\b", (), keep_head=True),
+    _rule("telegram-bot-token", r"(?P<head>:)AA(?<=[0-9]{8}:AA)[A-Za-z0-9_-]{33}(?![A-Za-z0-9_-])", (), keep_head=True),
     _rule(
         "jwt",
         _word_start("eyJ") + r"[A-Za-z0-9_-]{8,4096}\.eyJ[A-Za-z0-9_-]{8,8192}\.[A-Za-z0-9_-]{0,4096}",
