@@ -233,6 +233,7 @@ _PEM_BODY = re.compile(r"[A-Za-z0-9+/=]{16,}+\s*+$|^\s*+[A-Za-z0-9+/=]{1,15}+\s*
 _PEM_FULL_WIDTH = 60  # body lines are 64 (PEM) or 70 (OpenSSH) wide; a shorter one is the last
 _PEM_HEADER = re.compile(r"^[\w-]{1,40}: ")  # "Proc-Type: 4,ENCRYPTED" inside an encrypted key
 _PEM_MAX_LINES = 400
+_LINE_BREAK = re.compile(r"(\r\n?|\n)")  # what distillation counts as a line break
 
 
 def _redact_pem_blocks(text: str) -> tuple[str, int]:
@@ -243,19 +244,30 @@ def _redact_pem_blocks(text: str) -> tuple[str, int]:
     if "PRIVATE KEY" not in text:
         return text, 0
     mark = MARK.format(kind="private-key")
-    lines = text.split("\n")
+    lines = _LINE_BREAK.split(text)  # lines at even indices, their breaks (kept as they are) at odd ones
     count = 0
     body_left = 0  # > 0 while inside a block: how many more body lines may follow
-    for i, line in enumerate(lines):
+    for i in range(0, len(lines), 2):
+        line = lines[i]
         begin = _PEM_BEGIN.search(line) if "PRIVATE KEY" in line else None
         if begin is not None:
-            end = _PEM_END.search(line, begin.end())
-            rest = line[begin.end():]
-            lines[i] = line[: begin.start()] + mark + (line[end.end():] if end else "")
-            count += 1
-            # a block follows on the next lines only when nothing came after the BEGIN marker; otherwise
-            # (a one-line JSON value cut short) the rest of this line was the key and is gone
-            body_left = _PEM_MAX_LINES if not end and not rest.strip(" \t\r\"',") else 0
+            pieces: list[str] = []
+            pos = 0
+            body_left = 0
+            while begin is not None:  # one line may hold several blocks (escaped newlines in JSON)
+                pieces += [line[pos:begin.start()], mark]
+                count += 1
+                end = _PEM_END.search(line, begin.end())
+                if end is None:
+                    # the block goes on below only when nothing came after BEGIN; otherwise (a one-line
+                    # value cut short) the rest of this line was the key
+                    rest = line[begin.end():]
+                    body_left = 0 if rest.strip(" \t\"',") else _PEM_MAX_LINES
+                    pos = len(line)
+                    break
+                pos = end.end()
+                begin = _PEM_BEGIN.search(line, pos)
+            lines[i] = "".join(pieces) + line[pos:]
             continue
         if not body_left:
             continue
@@ -270,7 +282,7 @@ def _redact_pem_blocks(text: str) -> tuple[str, int]:
             body_left = body_left - 1 if len(body.group().strip()) >= _PEM_FULL_WIDTH else 0
         elif not (_PEM_HEADER.search(line.strip()) or not line.strip()):
             body_left = 0  # an ordinary line: the paste was cut inside the block
-    return "\n".join(lines), count
+    return "".join(lines), count
 
 
 def redact_with_count(text: str) -> tuple[str, int]:
