@@ -170,9 +170,11 @@ def all_secrets() -> list[str]:
     return [s.secret for s in SHAPES] + PEM_SECRET_LINES
 
 
-def corpus_paste(shapes: list[Shape] | None = None) -> str:
-    """Every shape (or `shapes`), the PEM blocks, and a known failure at the end: one paste."""
-    lines = [s.line for s in (SHAPES if shapes is None else shapes)]
+def corpus_paste(shapes: list[Shape] | None = None, pad: int = 0) -> str:
+    """Every shape (or `shapes`), the PEM blocks, and a known failure at the end: one paste. `pad` adds
+    that many characters of ordinary words to each line (a long answer gets cut: the file exit)."""
+    filler = (" (while loading shards of the model on rank 0 after profiling)" * (pad // 60 + 1))[:pad]
+    lines = [s.line + filler for s in (SHAPES if shapes is None else shapes)]
     return "\n".join([*lines, PEM_BLOCK, PEM_CUT, KV_CACHE_TAIL]) + "\n"
 
 
