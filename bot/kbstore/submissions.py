@@ -189,7 +189,10 @@ class SubmissionStore:
 
     def recover(self, older_than_s: float = STALE_APPROVING_S) -> int:
         """Approvals interrupted by a crash go back to pending (their file, if written, is found again by
-        id collision handling and the reviewer simply approves again)."""
+        id collision handling and the reviewer simply approves again). Nothing to do on a read-only file."""
+        with self.db.read() as _:
+            if self.db.read_only:
+                return 0
         with self.db.write() as conn:
             cur = conn.execute(
                 "UPDATE submissions SET status = 'pending', reviewer_id = NULL, updated_at = ? "
