@@ -30,7 +30,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     local.add_argument("--python", help="Python that runs vLLM (default: VLLM_DOCTOR_LOCAL_PYTHON or python3)")
     local.add_argument("--endpoint", help="vLLM server base URL to probe, e.g. http://127.0.0.1:8000")
     local.add_argument("--serve-port", type=int, help="port vLLM should serve on (default: from --endpoint or 8000)")
-    local.add_argument("--expected-gpus", type=int, help="how many GPUs the machine should have")
+    local.add_argument("--expected-gpus", type=int, help="how many GPUs the machine should have (0: CPU-only)")
+    local.add_argument("--gpu-memory-utilization", type=float,
+                       help="share of each GPU's memory vLLM will take (default 0.9, vLLM's default)")
     local.add_argument("--model-dir", help="model directory to check")
     local.add_argument("--served-model", help="model name /v1/models should list")
 
@@ -52,6 +54,7 @@ def run(args: argparse.Namespace, settings) -> int:
     if args.local:
         fields = {"python": args.python, "endpoint": args.endpoint, "serve_port": args.serve_port,
                   "expected_gpus": args.expected_gpus, "model_dir": args.model_dir,
+                  "gpu_memory_utilization": args.gpu_memory_utilization,
                   "served_model": args.served_model}
         given = {k: v for k, v in fields.items() if v is not None}
         try:
@@ -61,7 +64,8 @@ def run(args: argparse.Namespace, settings) -> int:
         validated = host_from_spec("local", spec)  # derives serve_port from --endpoint
         hosts = [local_host(settings, python=spec.python, endpoint=validated.endpoint,
                             serve_port=validated.serve_port, expected_gpus=validated.expected_gpus,
-                            model_dir=validated.model_dir, served_model=validated.served_model)]
+                            model_dir=validated.model_dir, served_model=validated.served_model,
+                            gpu_memory_utilization=validated.gpu_memory_utilization)]
 
     show = _Progress(enabled=not args.no_progress and sys.stderr.isatty())
     with show:
