@@ -9,7 +9,11 @@ Exit status: 0 no failures, 1 some check failed/errored/timed out or a host coul
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 
@@ -68,7 +72,7 @@ def run(args: argparse.Namespace, settings) -> int:
                             gpu_memory_utilization=validated.gpu_memory_utilization)]
 
     show = _Progress(enabled=not args.no_progress and sys.stderr.isatty())
-    with show:
+    with show, _sigterm_ends_the_run():
         report = run_diagnosis(args.target or "", settings=settings, checks=args.checks, max_tier=args.tier,
                                local=args.local, hosts=hosts, progress=show.update)
     if args.raw:
@@ -78,6 +82,25 @@ def run(args: argparse.Namespace, settings) -> int:
     else:
         _print_text(report)
     return 0 if report.verdict in ("ok", "warn", "skipped") else 1
+
+
+@contextlib.contextmanager
+def _sigterm_ends_the_run() -> Iterator[None]:
+    """SIGTERM (kill, systemd stop, a CI timeout) unwinds the run like Ctrl-C: the running probes' process
+    groups are killed and the audit row is closed as `interrupted`, instead of Python dying on the spot
+    and leaving the row `running`. Exit status 143 (128 + SIGTERM), as if the signal had killed us."""
+
+    def on_sigterm(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers can only be set from the main thread
+        return
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 class _Progress:

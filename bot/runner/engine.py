@@ -244,7 +244,7 @@ async def diagnose_hosts(
                 return await diagnose_host(host, connector, checks, catalogue, progress)
             except Exception as exc:  # a bug must not take the other hosts down; it is reported per host
                 return HostReport(host=host.name, address=host.connect_to, error=f"internal error: {exc!r}",
-                                  error_kind=type(exc).__name__)
+                                  error_kind="InternalError")
 
     try:
         return list(await asyncio.gather(*(one(h) for h in hosts)))
