@@ -96,7 +96,8 @@ def test_wrong_model_name_and_dead_endpoint(live, settings):
 
 @pytest.mark.vllm
 def test_real_vllm_install_and_import_probe(live, settings):
-    """`import vllm, vllm._C` in a time-limited subprocess of the real vLLM venv; metadata read without import."""
+    """vLLM imported and its kernels loaded the way the server does, in a time-limited subprocess of the real
+    vLLM venv; metadata read without import."""
     host = local_host(settings, python=str(live.venv / "bin" / "python"))
     report = run_diagnosis("", settings=settings, local=True, hosts=[host],
                            checks=["python.vllm_install", "python.vllm_import"])
