@@ -109,6 +109,9 @@ def run_diagnosis(
     started = time.time()
     try:
         reports = _run_sync(_diagnose(hosts, selected, catalogue, settings, local, progress, inv))
+    except (KeyboardInterrupt, SystemExit) as exc:  # Ctrl-C, or SIGTERM through the CLI's handler
+        audit.finish(run_id, None, error=f"interrupted ({type(exc).__name__} {exc})".strip(), interrupted=True)
+        raise
     except BaseException as exc:
         audit.finish(run_id, None, error=f"{type(exc).__name__}: {exc}")
         raise

@@ -27,7 +27,7 @@ CREATE TABLE IF NOT EXISTS runs (
     hosts       TEXT NOT NULL,          -- JSON list
     checks      TEXT NOT NULL,          -- JSON list of check ids
     max_tier    INTEGER NOT NULL,
-    status      TEXT NOT NULL,          -- running | done | failed | refused
+    status      TEXT NOT NULL,          -- running | done | failed | interrupted | refused
     detail      TEXT                    -- refusal reason or error
 );
 CREATE TABLE IF NOT EXISTS results (
@@ -79,10 +79,11 @@ class AuditLog:
             (time.time(), user_id, channel_id, source, target, json.dumps(hosts), json.dumps(checks), max_tier),
         )])
 
-    def finish(self, run_id: int, report=None, *, error: str | None = None) -> None:
+    def finish(self, run_id: int, report=None, *, error: str | None = None, interrupted: bool = False) -> None:
+        status = "interrupted" if interrupted else "failed" if error else "done"
         statements: list[tuple[str, tuple]] = [(
             "UPDATE runs SET finished_at = ?, status = ?, detail = ? WHERE id = ?",
-            (time.time(), "failed" if error else "done", error, run_id),
+            (time.time(), status, error, run_id),
         )]
         for host in getattr(report, "hosts", []) or []:
             if host.error:

@@ -123,8 +123,7 @@ def diagnose_and_answer(deps: SlackDeps, client: Any, request: LogRequest) -> st
         return blocks.answer(diagnosis, answer_id=answer_id, case=case, asker=asker, outcome=outcome,
                              host_facts_note=host_note, **kw)
 
-    first = build(llm_pending=explain)
-    post.final(first, progressive=explain)
+    # remembered before it is shown: a feedback click on the answer must find it (no race with the click)
     deps.recent.add(
         AnswerRecord(
             answer_id=answer_id,
@@ -138,6 +137,8 @@ def diagnose_and_answer(deps: SlackDeps, client: Any, request: LogRequest) -> st
             evidence=blocks.evidence_text(diagnosis),
         )
     )
+    first = build(llm_pending=explain)
+    post.final(first, progressive=explain)
     if deps.kb_growth is not None:
         try:  # logs the KB could not explain become candidates for new cases
             deps.kb_growth.note_answer(answer_id=answer_id, verdict=diagnosis.verdict,

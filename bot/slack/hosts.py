@@ -61,28 +61,34 @@ def parse_args(words: list[str]) -> tuple[list[str] | None, int]:
 
 class HostDiagnostics:
     def __init__(self, settings: Any) -> None:
+        from bot.runner.access import access_inventory
+
+        access_inventory(settings)  # at start: an access rule naming an unknown host or group is a ConfigError
         self.settings = settings
         self.usergroups = UserGroupDirectory(ttl_s=getattr(settings, "slack_usergroup_cache_s", 60.0))
 
-    def picker_hint(self) -> str:
-        from bot.runner.access import inventory_from_settings
+    def _groups(self, client: Any, user: str | None, channel: str | None) -> set[str]:
+        wanted = rule_groups(self.settings.runner_access, channel)
+        return self.usergroups.groups_of(client, user, wanted) if wanted else set()
+
+    def picker_hint(self, client: Any, user: str | None, channel: str | None) -> str:
+        """The names this user may diagnose here; an unauthorised user sees no inventory name at all."""
+        from bot.runner.access import visible_names
 
         try:
-            names = inventory_from_settings(self.settings).names()
+            names = visible_names(user or "", channel, self._groups(client, user, channel), self.settings)
         except DoctorError:
             return ""
         shown = ", ".join(names[:12]) + (" …" if len(names) > 12 else "")
-        return f"Known hosts and groups: {shown}" if shown else ""
+        return f"Hosts and groups you may diagnose here: {shown}" if shown else ""
 
-    def check_target(self, target: str) -> str | None:
-        """A one-line problem with the target (shown on the modal field), or None."""
-        from bot.runner import resolve_target
+    def check_target(self, client: Any, user: str | None, channel: str | None, target: str) -> str | None:
+        """A one-line problem with the target (shown on the modal field), or None. Says the same for a name
+        that does not exist and one this user may not diagnose."""
+        from bot.runner.access import access_problem
 
-        try:
-            resolve_target(target, self.settings)
-        except DoctorError as exc:
-            return str(exc)[:150]
-        return None
+        problem = access_problem(user or "", channel, self._groups(client, user, channel), target, self.settings)
+        return problem[:150] if problem else None
 
     def start(self, deps: Any, client: Any, where: Where, target: str, args: list[str]) -> None:
         """Validate and authorize now (file reads, and cached user-group look-ups), run on a worker."""
@@ -90,8 +96,7 @@ class HostDiagnostics:
 
         try:
             checks, tier = parse_args(args)
-            wanted = rule_groups(self.settings.runner_access, where.channel)
-            groups = self.usergroups.groups_of(client, where.user, wanted) if wanted else set()
+            groups = self._groups(client, where.user, where.channel)
             hosts = authorize(where.user or "", where.channel, groups, target, self.settings, max_tier=tier)
         except DoctorError as exc:
             tell_user(client, where, blocks.input_error(str(exc)))

@@ -15,11 +15,13 @@ It also behaves like Slack where the bot could get it wrong:
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import re
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -62,6 +64,9 @@ class FakeSlack:
         self.scopes: set[str] = set(SCOPES)
         self.truncated: list[Call] = []
         self._rate_limit_once: dict[str, int] = {}
+        self._release: threading.Event | None = None  # set: held calls go on (see holding())
+        self._hold_bound_s = 30.0
+        self.held_too_long: list[str] = []
         self._ts = itertools.count(1)
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
@@ -83,6 +88,24 @@ class FakeSlack:
         self._thread.join(timeout=5)
 
     # --- test controls -------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def holding(self, bound_s: float = 30.0) -> Iterator[None]:
+        """Every Web API call and response_url post made inside the block is recorded at once but answered
+        only when the block ends. A request the bot answers inside the block was therefore acked without
+        waiting for any Slack call of its work (ack before work: an ordering, not a stopwatch). A call
+        still held after `bound_s` goes on and is listed in `held_too_long`."""
+        self._release, self._hold_bound_s = threading.Event(), bound_s
+        try:
+            yield
+        finally:
+            self._release.set()
+            self._release = None
+
+    def _hold(self, method: str) -> None:
+        release = self._release
+        if release is not None and not release.wait(self._hold_bound_s):
+            self.held_too_long.append(method)
+
     def rate_limit_once(self, method: str, retry_after: int = 1) -> None:
         self._rate_limit_once[method] = retry_after
 
@@ -282,6 +305,7 @@ class _Handler(BaseHTTPRequestHandler):
         if path.startswith("/response/"):
             payload = json.loads(body or b"{}")
             fake._record(Call("response_url", payload, headers))
+            fake._hold("response_url")
             return self._send(200, None, raw=b"ok")
         if path.startswith("/files/"):
             file_id = path.split("/")[2]
@@ -298,6 +322,7 @@ class _Handler(BaseHTTPRequestHandler):
         params.pop("token", None)
         call = Call(method, params, headers)
         fake._record(call)
+        fake._hold(method)
 
         if method in fake._rate_limit_once:
             retry_after = fake._rate_limit_once.pop(method)
