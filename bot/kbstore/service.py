@@ -137,7 +137,7 @@ class KBGrowth:
     ):
         self.settings = settings
         self.engine = engine
-        self.db = Database(settings.kb_db_path)
+        self.db = Database(settings.store_target(settings.kb_db_path))
         self.feedback = FeedbackStore(self.db)
         self.candidates = CandidateStore(self.db)
         self.submissions = SubmissionStore(self.db)

@@ -100,7 +100,7 @@ def run_diagnosis(
             inv = inventory_from_settings(settings)
         if hosts is None:
             hosts = resolve_target(target, settings, inv)
-    audit = AuditLog(settings.runner_audit_db)
+    audit = AuditLog(settings.store_target(settings.runner_audit_db))
     run_id = audit.start(
         user_id=user_id or (f"cli:{_login()}" if source == "cli" else None), channel_id=channel_id,
         source=source, target=target, hosts=[h.name for h in hosts], checks=[c.id for c in selected],

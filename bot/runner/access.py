@@ -133,7 +133,7 @@ def authorize(
     """
     from bot.runner.audit import AuditLog
 
-    audit = AuditLog(settings.runner_audit_db)
+    audit = AuditLog(settings.store_target(settings.runner_audit_db))
     try:
         hosts = resolve_target(target, settings, inventory)
     except Exception as exc:  # InvalidTarget, UnknownHost, ConfigError: refused and audited alike

@@ -40,7 +40,7 @@ class SlackBot:
         self.settings = settings
         self.http = http
         self.client = build_web_client(settings)
-        state = SlackStateDB(settings.slack_state_db, retention_s=settings.slack_state_retention_days * 86400)
+        state = SlackStateDB(settings.store_target(settings.slack_state_db), retention_s=settings.slack_state_retention_days * 86400)
         self.deps = SlackDeps(
             settings=settings,
             engine=engine,
