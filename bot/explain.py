@@ -222,6 +222,15 @@ class Explainer:
                 f"VLLM_BASE_URL must be an http(s) URL such as http://127.0.0.1:8000/v1, got {url!r}"
             )
         client = LLMClient(url, api_key=settings.vllm_api_key, model=settings.vllm_model)
+        breaker: Any = CircuitBreaker(settings.llm_breaker_failures, settings.llm_breaker_cooldown_s)
+        cache: Any = AnswerCache(settings.llm_cache_size)
+        if settings.database_url:  # replicas: one breaker and one cache for all of them
+            from bot.resilience_shared import SharedAnswerCache, SharedCircuitBreaker
+            from bot.storage import open_database
+
+            shared = open_database(settings.database_url)
+            breaker = SharedCircuitBreaker(shared, settings.llm_breaker_failures, settings.llm_breaker_cooldown_s)
+            cache = SharedAnswerCache(shared, settings.llm_cache_size)
         return cls(
             client,
             timeout_s=settings.llm_timeout_s,
@@ -229,8 +238,8 @@ class Explainer:
             language=settings.llm_language,
             max_answer_tokens=settings.llm_max_answer_tokens,
             structured=settings.llm_structured_outputs,
-            breaker=CircuitBreaker(settings.llm_breaker_failures, settings.llm_breaker_cooldown_s),
-            cache=AnswerCache(settings.llm_cache_size),
+            breaker=breaker,
+            cache=cache,
         )
 
     # -- public API --------------------------------------------------------------------------------
