@@ -11,6 +11,7 @@ import threading
 from typing import Any
 
 from bot.errors import ConfigError
+from bot.kbstore.sync import KBSync
 from bot.ops.health import ops_app
 from bot.runner.fleet import FleetQueue
 from bot.settings import Settings
@@ -69,6 +70,12 @@ class SlackBot:
             kb_growth=kb_growth,  # None: the KB-growth listeners build it from settings (build_app)
         )
         self.app = build_app(self.deps, self.client)
+        self.kb_sync: KBSync | None = None
+        growth = self.deps.kb_growth
+        if growth is not None:
+            growth.replica = self.replica_id
+            if settings.database_url and growth.live:  # cases approved on other replicas go live here too
+                self.kb_sync = KBSync(growth.db, growth.write_dir, engine, self.replica_id, settings.kb_poll_s)
         self.fleet: FleetWorker | None = None
         if settings.database_url and self.deps.hosts is not None:
             self.fleet = FleetWorker(FleetQueue(open_database(settings.database_url)), self.deps, self.client,
@@ -122,6 +129,8 @@ class SlackBot:
         self._server.start()
         if self.fleet is not None:
             self.fleet.start()
+        if self.kb_sync is not None:
+            self.kb_sync.start()
         log.info("vllm-doctor serving %s on %s", "HTTP" if self.http else "Socket Mode (+/health)", self.url)
         return self
 
@@ -139,6 +148,8 @@ class SlackBot:
             handed_back = self.fleet.stop(grace_s=drain_s)
             if handed_back:
                 log.info("handed %d host checks back to the fleet queue", handed_back)
+        if self.kb_sync is not None:
+            self.kb_sync.stop()
         self.deps.workers.wait_idle(timeout=drain_s)
         self.deps.workers.shutdown(wait=False)
         self._stopped.set()
