@@ -14,9 +14,7 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import time
-import urllib.request
 from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -26,12 +24,12 @@ from typing import Any
 
 import pytest
 from fake_slack import FakeSlack
+from replica_support import Replica, replica_env, start_replica, wait_ready
 from slack_logs import KV_CACHE_LOG
-from slack_support import BOT_TOKEN, SIGNING_SECRET, SlackSender
 
 from bot.storage import open_database
 from tests.runner_support import Fleet, start_fleet
-from tests.sshd_support import _free_port, require_sshd
+from tests.sshd_support import require_sshd
 
 pytestmark = [pytest.mark.sshd, pytest.mark.slow]
 
@@ -42,51 +40,11 @@ LEASE_S = 4
 
 
 @dataclass
-class Replica:
-    proc: subprocess.Popen[bytes]
-    url: str
-    log: Path
-
-    @property
-    def sender(self) -> SlackSender:
-        return SlackSender(self.url + "/slack/events")
-
-    def get(self, path: str) -> tuple[int, str]:
-        try:
-            with urllib.request.urlopen(self.url + path, timeout=10) as response:
-                return response.status, response.read().decode()
-        except urllib.error.HTTPError as exc:
-            return exc.code, exc.read().decode()
-
-
-@dataclass
 class Cluster:
     replicas: list[Replica]
     fake: FakeSlack
     db_url: str
     fleet: Fleet
-
-
-def _start_replica(env: dict[str, str], workdir: Path, n: int) -> Replica:
-    port = _free_port(["127.0.0.1"])
-    log = workdir / f"replica-{n}.log"
-    proc = subprocess.Popen([sys.executable, "-m", "bot.cli", "serve", "--http", "--port", str(port)],
-                            cwd=REPO, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
-    return Replica(proc, f"http://127.0.0.1:{port}", log)
-
-
-def _wait_ready(replica: Replica, timeout: float = 600) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if replica.proc.poll() is not None:
-            raise AssertionError(f"replica exited {replica.proc.returncode}:\n{replica.log.read_text()[-3000:]}")
-        try:
-            if replica.get("/readyz")[0] == 200:
-                return
-        except OSError:
-            pass
-        time.sleep(0.5)
-    raise AssertionError(f"replica not ready:\n{replica.log.read_text()[-3000:]}")
 
 
 @pytest.fixture(scope="module")
@@ -97,28 +55,14 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, postgres_server: Any, doct
     fleet = start_fleet(workdir, HOSTS)
     fake = FakeSlack().start()
     db_url = postgres_server.create_database("replicas")
-    env = {
-        **os.environ,
-        "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
-        "VLLM_DOCTOR_INDEX_DIR": str(settings.index_dir),
-        "VLLM_DOCTOR_DATABASE_URL": db_url,
-        "VLLM_DOCTOR_LOG_FORMAT": "json",
-        "SLACK_BOT_TOKEN": BOT_TOKEN, "SLACK_SIGNING_SECRET": SIGNING_SECRET, "SLACK_API_URL": fake.base_url,
-        "VLLM_DOCTOR_HTTP_HOST": "127.0.0.1",
-        "VLLM_DOCTOR_SLACK_UPDATE_INTERVAL": "0.2",
-        "VLLM_DOCTOR_INVENTORY": str(fleet.inventory_path),
-        "VLLM_DOCTOR_KNOWN_HOSTS": str(fleet.harness.known_hosts),
-        "VLLM_DOCTOR_SSH_CONFIG": str(workdir / "ssh_config"),
-        "VLLM_DOCTOR_RUNNER_ACCESS": json.dumps([{"hosts": ["*"], "users": [ALICE]}]),
-        "VLLM_DOCTOR_RUNNER_MAX_HOSTS": "2",  # small batches: the run spans both replicas
-        "VLLM_DOCTOR_FLEET_LEASE": str(LEASE_S),
-    }
-    for key in ("VLLM_BASE_URL", "VLLM_DOCTOR_CONFIG"):
-        env.pop(key, None)
-    replicas = [_start_replica(env, workdir, n) for n in range(2)]
+    env = replica_env(fake.base_url, db_url, settings.index_dir, fleet,
+                      VLLM_DOCTOR_RUNNER_ACCESS=json.dumps([{"hosts": ["*"], "users": [ALICE]}]),
+                      VLLM_DOCTOR_RUNNER_MAX_HOSTS="2",  # small batches: the run spans both replicas
+                      VLLM_DOCTOR_FLEET_LEASE=str(LEASE_S))
+    replicas = [start_replica(env, workdir, n) for n in range(2)]
     try:
         for replica in replicas:
-            _wait_ready(replica)
+            wait_ready(replica)
         yield Cluster(replicas, fake, db_url, fleet)
     finally:
         for replica in replicas:
@@ -277,3 +221,13 @@ def test_kill_9_mid_fan_out_every_host_reported_once_and_audit_closed(cluster: C
     assert [tuple(r) for r in runs] and all(r["status"] == "done" and r["finished_at"] for r in runs)
     assert {r[0] for r in results} == set(HOSTS)
     assert len(fake.calls_to("files.completeUploadExternal")) == 1  # raw outputs uploaded once
+
+
+def test_sigterm_stops_a_replica_cleanly_and_its_json_logs_carry_request_ids(cluster: Cluster) -> None:
+    b = cluster.replicas[1]
+    b.proc.send_signal(signal.SIGTERM)
+    assert b.proc.wait(timeout=120) == 0
+    lines = [json.loads(line) for line in b.log.read_text(encoding="utf-8").splitlines() if line.startswith("{")]
+    assert lines and all({"ts", "level", "logger", "request_id", "message"} <= set(line) for line in lines)
+    skipped = [line for line in lines if line["message"].startswith("skipping repeated delivery event:EvREPL")]
+    assert skipped and all(line["request_id"] in line["message"] for line in skipped)
