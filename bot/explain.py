@@ -50,6 +50,7 @@ from bot.explain_prompt import (
 )
 from bot.llm import ChatResult, LLMClient, ServerInfo
 from bot.models import Diagnosis
+from bot.ops import metrics
 from bot.resilience import AnswerCache, CircuitBreaker
 
 if TYPE_CHECKING:
@@ -290,16 +291,21 @@ class Explainer:
             return (time.monotonic() - started) * 1000
 
         def fallback(note: str) -> Explanation:
+            metrics.LLM_CALLS.labels(outcome="fallback").inc()
             return _with_timings(kb_only_explanation(diagnosis, cases, lang, note), total_ms=ms())
 
         def cached(info: ServerInfo | None) -> Explanation | None:
             return self.cache.get(self._cache_key(draft, info)) if info is not None else None
 
-        if not self.breaker.allow():
+        allowed = self.breaker.allow()
+        metrics.LLM_BREAKER_OPEN.set(0 if allowed and self.breaker.state == "closed" else 1)
+        if not allowed:
             hit = cached(self.client.cached_info)
             if hit is not None:
+                metrics.LLM_CALLS.labels(outcome="cached").inc()
                 yield from _replay(hit, streaming, total_ms=ms())
                 return
+            metrics.LLM_CALLS.labels(outcome="skipped").inc()
             yield fallback(
                 f"LLM skipped after {self.breaker.threshold} failures in a row (last: {self.breaker.last_reason}); "
                 f"next try in {self.breaker.retry_in_s():.0f} s. Answer from the knowledge base."
@@ -314,6 +320,7 @@ class Explainer:
             if hit is not None:
                 self.breaker.success()
                 settled = True
+                metrics.LLM_CALLS.labels(outcome="cached").inc()
                 yield from _replay(hit, streaming, total_ms=ms())
                 return
             prompt = fit_prompt(draft, self.client, info, deadline, self.max_answer_tokens)
@@ -361,6 +368,7 @@ class Explainer:
             **fields, language=lang, source="llm", note=None, model=info.model, timings=timings
         )
         self.cache.put(self._cache_key(draft, info), explanation)
+        metrics.LLM_CALLS.labels(outcome="ok").inc()
         yield explanation
 
     def _call(

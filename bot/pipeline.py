@@ -19,6 +19,7 @@ from bot.distill import decode_input, distill, extra_keywords
 from bot.errors import IndexUnavailable
 from bot.match import Matcher, Mode, Thresholds, signature_literals
 from bot.models import Diagnosis
+from bot.ops import metrics
 from bot.settings import Settings, get_settings
 from kb.loader import DEFAULT_CASES_DIR, KnowledgeBase, case_files, load_kb
 from kb.schema import Case
@@ -107,10 +108,13 @@ class Doctor:
         from indexer.encoder import EncoderUnavailable
         from indexer.index import KBIndex
 
+        started = time.monotonic()
         try:
-            return KBIndex.open(kb, Path(self.settings.index_dir), self._encoder, force_rebuild=force_rebuild)
+            index = KBIndex.open(kb, Path(self.settings.index_dir), self._encoder, force_rebuild=force_rebuild)
         except EncoderUnavailable as exc:
             raise IndexUnavailable(str(exc)) from exc
+        metrics.INDEX_BUILD_SECONDS.set(time.monotonic() - started)
+        return index
 
     def rebuild_index(self) -> Any:
         """Re-embed every case (`vllm-doctor index --rebuild`)."""

@@ -16,6 +16,7 @@ from slack_sdk.errors import SlackApiError
 
 from bot import errors
 from bot.models import Diagnosis
+from bot.ops import metrics
 from bot.slack import blocks
 from bot.slack.blocks import Message
 from bot.slack.deps import SlackDeps
@@ -106,6 +107,7 @@ def diagnose_and_answer(deps: SlackDeps, client: Any, request: LogRequest) -> st
         post.final(blocks.internal_error(ref))
         return None
 
+    metrics.VERDICTS.labels(verdict=diagnosis.verdict).inc()
     answer_id = deps.recent.new_id()
     best = diagnosis.best
     case = _case_or_none(deps, best.case_id) if best else None
