@@ -48,8 +48,9 @@ def test_two_replicas_split_the_hosts_and_one_gets_the_summary(db: Database) -> 
     assert run is not None and run.audit_run_id == 7 and run.target == "fleet" and run.spec == SPEC
     assert [h.host for h in run.hosts] == HOSTS  # in the order asked for, each once
     assert [h.checks[0].message for h in run.hosts] == ["checked by A"] * 3 + ["checked by B"] * 2
+    assert a.open_audit_runs() == [7]  # summarising: its audit row is still legitimately running
     a.finished(run_id, "A")
-    assert a.summaries_due() == [] and a.depth() == 0
+    assert a.summaries_due() == [] and a.depth() == 0 and a.open_audit_runs() == []
 
 
 def test_a_dead_replicas_hosts_are_retried_and_its_late_results_dropped(db: Database) -> None:

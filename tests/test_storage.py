@@ -172,3 +172,19 @@ def test_audit_runs_from_two_replicas_are_all_recorded(target: Target) -> None:
     ]
     refused = logs[0].record_refusal("U9", "C1", "fleet", "not allowed")
     assert logs[1].runs(limit=1)[0]["id"] == refused
+
+
+def test_runs_left_running_by_a_stopped_bot_are_closed_as_interrupted(target: Target) -> None:
+    audit = AuditLog(target("audit"))
+
+    def start(source: str) -> int:
+        return audit.start(user_id="U1", channel_id="C1", source=source, target="h", hosts=["h"], checks=["c"],
+                           max_tier=0)
+
+    dead, alive, cli, finished = start("slack"), start("slack"), start("cli"), start("slack")
+    audit.finish(finished, None)
+    assert audit.close_interrupted("slack", started_before=9e9, keep=[alive]) == 1
+    status = {r["id"]: (r["status"], r["detail"]) for r in audit.runs()}
+    assert status[dead] == ("interrupted", "the bot stopped before this run finished")
+    assert status[alive][0] == "running" and status[cli][0] == "running" and status[finished][0] == "done"
+    assert audit.close_interrupted("slack", started_before=0) == 0  # nothing that old

@@ -112,6 +112,18 @@ class AuditLog:
             (now, now, user_id, channel_id, source, target[:200], reason),
         )])
 
+    def close_interrupted(self, source: str, started_before: float, *, keep: Sequence[int] = ()) -> int:
+        """Runs of `source` still `running` that no live process will finish (the bot that ran them
+        stopped): closed as `interrupted`. `keep`: ids some live process is still working on."""
+        marks = ",".join("?" * len(keep)) or "NULL"
+        with self.db.write() as conn:
+            cur = conn.execute(
+                "UPDATE runs SET status = 'interrupted', finished_at = ?, detail = ? WHERE status = 'running' "
+                f"AND source = ? AND started_at < ? AND id NOT IN ({marks})",
+                (time.time(), "the bot stopped before this run finished", source, started_before, *keep),
+            )
+            return cur.rowcount
+
     def runs(self, limit: int = 100) -> list[dict[str, Any]]:
         with self.db.read() as conn:
             rows = conn.execute("SELECT * FROM runs ORDER BY id DESC LIMIT ?", (limit,)).fetchall()

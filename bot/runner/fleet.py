@@ -211,6 +211,13 @@ class FleetQueue:
             ).fetchall()
         return [int(r[0]) for r in rows]
 
+    def open_audit_runs(self) -> list[int]:
+        """Audit ids of fleet runs not yet summarised (their audit rows are legitimately `running`)."""
+        with self.db.read() as conn:
+            rows = conn.execute("SELECT audit_run_id FROM fleet_runs WHERE status <> 'done' "
+                                "AND audit_run_id IS NOT NULL").fetchall()
+        return [int(r[0]) for r in rows]
+
     def progress(self, run_id: int) -> tuple[int, int]:
         """(hosts done, hosts total)."""
         with self.db.read() as conn:

@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 
 POLL_S = 0.5
 SWEEP_EVERY_S = 5.0
+ORPHAN_AGE_S = 3600.0  # far above the gap between opening an audit row and enqueueing its hosts
 
 
 class FleetWorker:
@@ -83,6 +84,7 @@ class FleetWorker:
                     metrics.FLEET_QUEUE_DEPTH.set(self.queue.depth())
                     for run_id in self.queue.summaries_due():
                         self._summarize(run_id)
+                    self._close_orphaned_audit_runs()
             except StorageError as exc:
                 log.warning("fleet queue unavailable: %s", exc)
                 self._stopping.wait(5)
@@ -146,6 +148,14 @@ class FleetWorker:
                     reports[host.name] = HostReport(host=host.name, error=str(exc), error_kind=type(exc).__name__)
         return [reports.get(j.host) or HostReport(host=j.host, error="not checked", error_kind="RunnerError")
                 for j in jobs]
+
+    def _close_orphaned_audit_runs(self) -> None:
+        """Slack runs left `running` by a replica that died before enqueueing (or a bot from before the
+        queue): closed as `interrupted` once older than ORPHAN_AGE_S and not part of an open fleet run."""
+        closed = self.deps.hosts.audit().close_interrupted(
+            "slack", time.time() - ORPHAN_AGE_S, keep=self.queue.open_audit_runs())
+        if closed:
+            log.warning("closed %d audit run(s) left running by a stopped replica as interrupted", closed)
 
     # --- the summary, once ----------------------------------------------------------------------------------
     def _summarize(self, run_id: int) -> None:

@@ -8,6 +8,7 @@ import os
 import secrets
 import socket
 import threading
+import time
 from typing import Any
 
 from bot.errors import ConfigError
@@ -129,6 +130,15 @@ class SlackBot:
         self._server.start()
         if self.fleet is not None:
             self.fleet.start()
+        elif self.deps.hosts is not None:  # one process owns the audit file: its old Slack runs are dead
+            try:
+                closed = self.deps.hosts.audit().close_interrupted("slack", time.time())
+            except (StorageError, ConfigError) as exc:
+                log.warning("could not close interrupted audit runs: %s", exc)
+            else:
+                if closed:
+                    log.warning("%d diagnose run(s) were interrupted by the last stop; audited as interrupted",
+                                closed)
         if self.kb_sync is not None:
             self.kb_sync.start()
         log.info("vllm-doctor serving %s on %s", "HTTP" if self.http else "Socket Mode (+/health)", self.url)
