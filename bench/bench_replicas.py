@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -145,6 +146,7 @@ def main() -> int:
         fake.stop()
         server.stop()
         fleet.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
     results["fanout_ratio_1_over_2"] = round(results["fanout"][1]["wall_s"] / results["fanout"][2]["wall_s"], 2)
     results["cpus"] = os.cpu_count()
     if args.json:

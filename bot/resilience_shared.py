@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Literal
 
-from bot.storage import Database, Migration, StorageError
+from bot.storage import Database, Migration, StorageError, one
 from bot.storage.migrations import migrate
 
 if TYPE_CHECKING:
@@ -181,6 +181,6 @@ class SharedAnswerCache:
     def __len__(self) -> int:
         try:
             with self.db.read() as conn:
-                return int(conn.execute("SELECT COUNT(*) FROM llm_answers").fetchone()[0])
+                return int(one(conn.execute("SELECT COUNT(*) FROM llm_answers"))[0])
         except StorageError:
             return 0

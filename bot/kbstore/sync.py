@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from bot.kbstore.db import Database
-from bot.storage import StorageError
+from bot.storage import StorageError, one
 
 log = logging.getLogger(__name__)
 
@@ -31,10 +31,10 @@ def publish(db: Database, cases_dir: Path, path: Path, replica: str, clock: Call
     relpath = path.resolve().relative_to(cases_dir.resolve()).as_posix()
     text = path.read_text(encoding="utf-8")
     with db.write() as conn:
-        row = conn.execute(
+        row = one(conn.execute(
             "INSERT INTO kb_changes (relpath, content, replica, created) VALUES (?, ?, ?, ?) RETURNING version",
             (relpath, text, replica, clock()),
-        ).fetchone()
+        ))
     return int(row[0])
 
 

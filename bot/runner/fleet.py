@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from bot.runner.report import CheckResult, HostReport
-from bot.storage import Database, Migration
+from bot.storage import Database, Migration, one
 from bot.storage.migrations import migrate
 
 MAX_ATTEMPTS = 3
@@ -102,11 +102,11 @@ class FleetQueue:
         """One run, one queued job per host; `spec` is what workers and the summary need (JSON)."""
         now = self._clock()
         with self.db.write() as conn:
-            row = conn.execute(
+            row = one(conn.execute(
                 "INSERT INTO fleet_runs (audit_run_id, target, spec, hosts_total, status, created) "
                 "VALUES (?, ?, ?, ?, 'running', ?) RETURNING id",
                 (audit_run_id, target, json.dumps(spec), len(hosts), now),
-            ).fetchone()
+            ))
             run_id = int(row[0])
             conn.executemany(
                 "INSERT INTO fleet_jobs (run_id, host, position, status) VALUES (?, ?, ?, 'queued')",
@@ -230,7 +230,7 @@ class FleetQueue:
     def depth(self) -> int:
         """Host jobs not yet done, over all runs (the queue-depth metric)."""
         with self.db.read() as conn:
-            return int(conn.execute("SELECT COUNT(*) FROM fleet_jobs WHERE status <> 'done'").fetchone()[0])
+            return int(one(conn.execute("SELECT COUNT(*) FROM fleet_jobs WHERE status <> 'done'"))[0])
 
     def _load(self, conn: Any, run_id: int) -> FleetRun:
         run = conn.execute("SELECT id, audit_run_id, target, spec, created FROM fleet_runs WHERE id = ?",

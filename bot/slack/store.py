@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from bot.errors import ConfigError
-from bot.slack.recent import AnswerRecord
+from bot.slack.recent import AnswerRecord, Feedback
 from bot.slack.thread_facts import ThreadHostFacts
 from bot.storage import Migration, Row, StorageError, open_database
 from bot.storage.migrations import SchemaTooNew, migrate
@@ -187,11 +187,11 @@ class SlackStateDB:
 
     def _with_feedback(self, rows: list[Row]) -> list[AnswerRecord]:
         ids = [str(row["answer_id"]) for row in rows]
-        votes: dict[str, dict[str, str]] = {i: {} for i in ids}
+        votes: dict[str, dict[str, Feedback]] = {i: {} for i in ids}
         if ids:
             marks = ",".join("?" * len(ids))
             for vote in self._read("feedback", f"SELECT * FROM feedback WHERE answer_id IN ({marks})", tuple(ids)):
-                votes[str(vote["answer_id"])][str(vote["user_id"])] = str(vote["value"])
+                votes[str(vote["answer_id"])][str(vote["user_id"])] = vote["value"]  # CHECK-constrained
         return [
             AnswerRecord(answer_id=row["answer_id"], user_id=row["user_id"], channel_id=row["channel_id"],
                          thread_ts=row["thread_ts"], message_ts=row["message_ts"], verdict=row["verdict"],

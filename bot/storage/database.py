@@ -47,6 +47,14 @@ class Cursor(Protocol):
     def __iter__(self) -> Iterator[Row]: ...
 
 
+def one(cursor: Cursor) -> Row:
+    """The single row a statement must return (COUNT, INSERT … RETURNING)."""
+    row = cursor.fetchone()
+    if row is None:
+        raise StorageError("the statement returned no row")
+    return row
+
+
 class Connection(Protocol):
     """The part of a DB-API connection stores use; SQL is written with `?` placeholders."""
 

@@ -39,7 +39,7 @@ def _statements(sql: str) -> list[str]:
 
 def current_version(conn: Connection, component: str) -> int:
     row = conn.execute("SELECT version FROM schema_versions WHERE component = ?", (component,)).fetchone()
-    return int(row[0]) if row is not None else 0  # type: ignore[call-overload]
+    return int(row[0]) if row is not None else 0
 
 
 def migrate(db: Database, component: str, migrations: list[Migration]) -> int:

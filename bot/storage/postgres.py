@@ -25,7 +25,7 @@ class PgRow(tuple[object, ...]):
 
     _names: tuple[str, ...] = ()
 
-    def __getitem__(self, key: Any) -> Any:  # type: ignore[override]
+    def __getitem__(self, key: Any) -> Any:
         if isinstance(key, str):
             try:
                 return tuple.__getitem__(self, self._names.index(key))
