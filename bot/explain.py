@@ -50,6 +50,7 @@ from bot.explain_prompt import (
 )
 from bot.llm import ChatResult, LLMClient, ServerInfo
 from bot.models import Diagnosis
+from bot.ops import metrics
 from bot.resilience import AnswerCache, CircuitBreaker
 
 if TYPE_CHECKING:
@@ -222,6 +223,15 @@ class Explainer:
                 f"VLLM_BASE_URL must be an http(s) URL such as http://127.0.0.1:8000/v1, got {url!r}"
             )
         client = LLMClient(url, api_key=settings.vllm_api_key, model=settings.vllm_model)
+        breaker: Any = CircuitBreaker(settings.llm_breaker_failures, settings.llm_breaker_cooldown_s)
+        cache: Any = AnswerCache(settings.llm_cache_size)
+        if settings.database_url:  # replicas: one breaker and one cache for all of them
+            from bot.resilience_shared import SharedAnswerCache, SharedCircuitBreaker
+            from bot.storage import open_database
+
+            shared = open_database(settings.database_url)
+            breaker = SharedCircuitBreaker(shared, settings.llm_breaker_failures, settings.llm_breaker_cooldown_s)
+            cache = SharedAnswerCache(shared, settings.llm_cache_size)
         return cls(
             client,
             timeout_s=settings.llm_timeout_s,
@@ -229,8 +239,8 @@ class Explainer:
             language=settings.llm_language,
             max_answer_tokens=settings.llm_max_answer_tokens,
             structured=settings.llm_structured_outputs,
-            breaker=CircuitBreaker(settings.llm_breaker_failures, settings.llm_breaker_cooldown_s),
-            cache=AnswerCache(settings.llm_cache_size),
+            breaker=breaker,
+            cache=cache,
         )
 
     # -- public API --------------------------------------------------------------------------------
@@ -281,16 +291,21 @@ class Explainer:
             return (time.monotonic() - started) * 1000
 
         def fallback(note: str) -> Explanation:
+            metrics.LLM_CALLS.labels(outcome="fallback").inc()
             return _with_timings(kb_only_explanation(diagnosis, cases, lang, note), total_ms=ms())
 
         def cached(info: ServerInfo | None) -> Explanation | None:
             return self.cache.get(self._cache_key(draft, info)) if info is not None else None
 
-        if not self.breaker.allow():
+        allowed = self.breaker.allow()
+        metrics.LLM_BREAKER_OPEN.set(0 if allowed and self.breaker.state == "closed" else 1)
+        if not allowed:
             hit = cached(self.client.cached_info)
             if hit is not None:
+                metrics.LLM_CALLS.labels(outcome="cached").inc()
                 yield from _replay(hit, streaming, total_ms=ms())
                 return
+            metrics.LLM_CALLS.labels(outcome="skipped").inc()
             yield fallback(
                 f"LLM skipped after {self.breaker.threshold} failures in a row (last: {self.breaker.last_reason}); "
                 f"next try in {self.breaker.retry_in_s():.0f} s. Answer from the knowledge base."
@@ -305,6 +320,7 @@ class Explainer:
             if hit is not None:
                 self.breaker.success()
                 settled = True
+                metrics.LLM_CALLS.labels(outcome="cached").inc()
                 yield from _replay(hit, streaming, total_ms=ms())
                 return
             prompt = fit_prompt(draft, self.client, info, deadline, self.max_answer_tokens)
@@ -352,6 +368,7 @@ class Explainer:
             **fields, language=lang, source="llm", note=None, model=info.model, timings=timings
         )
         self.cache.put(self._cache_key(draft, info), explanation)
+        metrics.LLM_CALLS.labels(outcome="ok").inc()
         yield explanation
 
     def _call(

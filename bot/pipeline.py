@@ -19,6 +19,7 @@ from bot.distill import distill, extra_keywords
 from bot.errors import IndexUnavailable
 from bot.match import Matcher, Mode, Thresholds, signature_literals
 from bot.models import Diagnosis
+from bot.ops import metrics
 from bot.paste import Paste, decode_input
 from bot.settings import Settings, get_settings
 from kb.loader import DEFAULT_CASES_DIR, KnowledgeBase, case_files, load_kb
@@ -118,11 +119,13 @@ class Doctor:
             newest[0] = load_kb(self.cases_dir, strict=False)
             return list(newest[0].cases)
 
+        started = time.monotonic()
         try:
             index = KBIndex.open(kb, Path(self.settings.index_dir), self._encoder, force_rebuild=force_rebuild,
                                  reread=reread if self._kb_from_dir else None)
         except EncoderUnavailable as exc:
             raise IndexUnavailable(str(exc)) from exc
+        metrics.INDEX_BUILD_SECONDS.set(time.monotonic() - started)
         if newest[0] is not kb and newest[0].content_hash != self._kb.content_hash:
             self._kb = newest[0]  # the stamp stays: the next request re-reads the files once more
             self._keywords = extra_keywords(signature_literals(newest[0].cases))

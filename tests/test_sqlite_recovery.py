@@ -138,11 +138,15 @@ def test_cli_reads_a_read_only_kb_database(tmp_path: Path) -> None:
     assert "Traceback" not in err and "read-only" in err
 
 
-def test_read_only_database_refuses_writes_with_one_line(tmp_path: Path) -> None:
+def test_read_only_database_refuses_writes_with_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import bot.storage.database as storage
+    from bot.sqlite_recovery import FileState
+
     path = _kb_db(tmp_path / "kb.sqlite3", rows=2)
+    # what check_sqlite_file says of a file this process cannot write (tested for real above, via the CLI)
+    monkeypatch.setattr(storage, "check_sqlite_file", lambda *_a: FileState(read_only=True, exists=True))
     db = Database(path)
-    db.read_only = True  # what _ensure_schema sets for a file this process cannot write (tested above)
-    db._open_read_only(exists=True)
+    assert db.read_only
     assert CandidateStore(db).counts()["open"] == 2
     with pytest.raises(ConfigError, match="read-only; nothing can be saved"):
         CandidateStore(db).add(LOG, "unknown")

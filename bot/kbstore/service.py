@@ -42,8 +42,10 @@ from bot.kbstore.suggest import (
     suggest_signatures,
     suggest_title,
 )
+from bot.kbstore.sync import publish
 from bot.kbstore.writer import CaseWriter, Written
 from bot.paste import Paste, redacted
+from bot.storage import StorageError
 from kb.loader import DEFAULT_CASES_DIR, load_case_file
 from kb.schema import AREAS, Case, Example
 
@@ -134,10 +136,11 @@ class KBGrowth:
         *,
         group_members: Callable[[str], Collection[str]] | None = None,
         attach_priors: bool = True,
+        replica: str | None = None,
     ):
         self.settings = settings
         self.engine = engine
-        self.db = Database(settings.kb_db_path)
+        self.db = Database(settings.store_target(settings.kb_db_path))
         self.feedback = FeedbackStore(self.db)
         self.candidates = CandidateStore(self.db)
         self.submissions = SubmissionStore(self.db)
@@ -150,6 +153,7 @@ class KBGrowth:
                 self.write_dir, read_dir,
             )
         self.writer = CaseWriter(self.write_dir)
+        self.replica = replica or "local"  # who published a KB change (bot/kbstore/sync.py)
         self.reviewers = ReviewerPolicy(settings.kb_reviewers, settings.kb_reviewer_group, group_members)
         self.duplicate_threshold = float(settings.kb_duplicate_threshold)
         self._healthy_dir = Path(settings.kb_healthy_logs_dir) if settings.kb_healthy_logs_dir else None
@@ -385,6 +389,12 @@ class KBGrowth:
         started = time.perf_counter()
         if self.live:
             self.engine.reload_if_changed()
+        if getattr(self.settings, "database_url", None):  # the other replicas apply it within VLLM_DOCTOR_KB_POLL seconds
+            try:
+                publish(self.db, self.write_dir, written.path, self.replica)
+            except (StorageError, OSError, ValueError) as exc:
+                log.error("case %s is live here but could not be shared with other replicas: %s",
+                          written.case.id, exc)
         seconds = time.perf_counter() - started
         if commit is not None and not commit.ok:
             log.warning("case %s written but not committed: %s", written.case.id, commit.detail)

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import json
 import secrets
-import sqlite3
 import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from bot.errors import ReviewConflict
 from bot.kbstore.db import Database
+from bot.storage import Row
 
 Status = Literal["draft", "pending", "approving", "approved", "rejected"]
 Kind = Literal["new", "example"]
@@ -56,7 +56,7 @@ class Submission:
         return str(self.prefill.get("title", ""))
 
 
-def _row(row: sqlite3.Row | None) -> Submission | None:
+def _row(row: Row | None) -> Submission | None:
     if row is None:
         return None
     return Submission(

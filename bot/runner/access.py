@@ -218,7 +218,7 @@ def authorize(
     """
     from bot.runner.audit import AuditLog
 
-    audit = AuditLog(settings.runner_audit_db)
+    audit = AuditLog(settings.store_target(settings.runner_audit_db))
     try:
         decision = _decide(user_id, channel_id, usergroup_ids, target, settings, max_tier, inventory)
     except Exception as exc:  # InvalidTarget, ConfigError: refused and audited alike

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from bot.errors import RunnerError
+from bot.ops import metrics
 from bot.redact import redact
 from bot.runner.inventory import Host
 from bot.runner.parsers import REGISTRY, Output, ParseError, Unavailable
@@ -247,6 +248,11 @@ async def diagnose_hosts(
                                   error_kind="InternalError")
 
     try:
-        return list(await asyncio.gather(*(one(h) for h in hosts)))
+        reports = list(await asyncio.gather(*(one(h) for h in hosts)))
     finally:
         await connector.close()
+    for report in reports:
+        for check in report.checks:
+            metrics.RUNNER_CHECKS.labels(verdict=check.verdict).inc()
+            metrics.RUNNER_CHECK_SECONDS.observe(check.duration_s)
+    return reports

@@ -9,13 +9,14 @@ from __future__ import annotations
 import logging
 import secrets
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from slack_sdk.errors import SlackApiError
 
 from bot import errors
 from bot.models import Diagnosis
+from bot.ops import metrics
 from bot.paste import Paste, decode_input
 from bot.slack import blocks
 from bot.slack.blocks import Message
@@ -108,6 +109,7 @@ def diagnose_and_answer(deps: SlackDeps, client: Any, request: LogRequest) -> st
         post.final(blocks.internal_error(ref))
         return None
 
+    metrics.VERDICTS.labels(verdict=diagnosis.verdict).inc()
     answer_id = deps.recent.new_id()
     best = diagnosis.best
     case = _case_or_none(deps, best.case_id) if best else None
@@ -123,22 +125,23 @@ def diagnose_and_answer(deps: SlackDeps, client: Any, request: LogRequest) -> st
         return blocks.answer(diagnosis, answer_id=answer_id, case=case, asker=asker, outcome=outcome,
                              host_facts_note=host_note, **kw)
 
-    # remembered before it is shown: a feedback click on the answer must find it (no race with the click)
-    deps.recent.add(
-        AnswerRecord(
-            answer_id=answer_id,
-            user_id=where.user,
-            channel_id=where.channel,
-            thread_ts=post.thread_ts,
-            message_ts=post.ts,
-            verdict=diagnosis.verdict,
-            case_id=best.case_id if best and diagnosis.verdict != "unknown" else None,
-            title=best.title if best and diagnosis.verdict != "unknown" else None,
-            evidence=blocks.evidence_text(diagnosis),
-        )
-    )
     first = build(llm_pending=explain)
+    record = AnswerRecord(
+        answer_id=answer_id,
+        user_id=where.user,
+        channel_id=where.channel,
+        thread_ts=post.thread_ts,
+        message_ts=post.ts,
+        verdict=diagnosis.verdict,
+        case_id=best.case_id if best and diagnosis.verdict != "unknown" else None,
+        title=best.title if best and diagnosis.verdict != "unknown" else None,
+        evidence=blocks.evidence_text(diagnosis),
+    )
+    deps.recent.add(record)  # before its buttons exist: a quick press (or another replica) must find it
     post.final(first, progressive=explain)
+    if (post.thread_ts, post.ts) != (record.thread_ts, record.message_ts):  # no placeholder: posted just now
+        current = deps.recent.get(answer_id) or record
+        deps.recent.add(replace(current, thread_ts=post.thread_ts, message_ts=post.ts))
     if deps.kb_growth is not None:
         try:  # logs the KB could not explain become candidates for new cases
             deps.kb_growth.note_answer(answer_id=answer_id, verdict=diagnosis.verdict,

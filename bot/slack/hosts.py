@@ -66,6 +66,12 @@ class HostDiagnostics:
         access_inventory(settings)  # at start: an access rule naming an unknown host or group is a ConfigError
         self.settings = settings
         self.usergroups = UserGroupDirectory(ttl_s=getattr(settings, "slack_usergroup_cache_s", 60.0))
+        self.fleet: Any | None = None  # bot.slack.fleet.FleetWorker when replicas share a database
+
+    def audit(self) -> Any:
+        from bot.runner.audit import AuditLog
+
+        return AuditLog(self.settings.store_target(self.settings.runner_audit_db))
 
     def _groups(self, client: Any, user: str | None, channel: str | None) -> set[str]:
         wanted = rule_groups(self.settings.runner_access, channel)
@@ -122,6 +128,9 @@ class HostDiagnostics:
         ts = posted["ts"] if posted else None
         channel = posted.get("channel", where.channel) if posted else where.channel
         thread_ts = where.thread_ts or ts
+        if self.fleet is not None and ts:  # replicas: one job per host in the shared queue
+            self._enqueue(where, channel, ts, target, hosts, checks, tier)
+            return
         ticker = _ProgressTicker(client, channel, ts, target, names, deps.settings.slack_update_interval_s)
         if ts:
             ticker.start()
@@ -158,6 +167,21 @@ class HostDiagnostics:
                                        title=f"Raw check outputs: {target}", content=report.raw_text())
             except SlackApiError as exc:
                 log.warning("raw output upload failed: %s", exc.response.get("error"))
+
+    def _enqueue(self, where: Where, channel: str, ts: str, target: str, hosts: list[Any],
+                 checks: list[str] | None, tier: int) -> None:
+        """The summary is posted by whichever replica stores the last host's result (bot/slack/fleet.py);
+        the placeholder shows no live progress then: its edits could race the summary's."""
+        from bot.runner import planned_checks
+
+        names = [h.name for h in hosts]
+        audit_run_id = self.audit().start(user_id=where.user, channel_id=where.channel, source="slack",
+                                          target=target, hosts=names, checks=planned_checks(self.settings, checks, tier),
+                                          max_tier=tier)
+        spec = {"channel": channel, "ts": ts, "thread_ts": where.thread_ts, "checks": checks, "max_tier": tier,
+                "asker": where.user if not where.thread_ts else None}
+        self.fleet.queue.enqueue(spec, names, target=target, audit_run_id=audit_run_id)
+        self.fleet.poke()
 
     @staticmethod
     def _finish(client: Any, where: Where, channel: str, ts: str | None, message: blocks.Message) -> None:

@@ -77,7 +77,7 @@ def test_slash_command_over_socket_mode_is_acked_fast_then_answered(socket_bot: 
 def test_usage_error_comes_back_in_the_socket_mode_ack(socket_bot: Any) -> None:
     _, server = socket_bot
     payload = {"team_id": "T0TEST01", "channel_id": "C0CHAN01", "user_id": "U0ALICE1", "command": "/vllm-explain",
-               "text": "", "response_url": "http://127.0.0.1:9/x", "trigger_id": "1.2.3", "api_app_id": "A0TEST"}
+               "text": "", "response_url": "http://127.0.0.1:9/x", "trigger_id": "1.2.4", "api_app_id": "A0TEST"}
     server.send({"envelope_id": "env-cmd-2", "type": "slash_commands", "payload": payload, "accepts_response_payload": True})
     _, ack = server.wait_ack("env-cmd-2")
     assert "Usage: `/vllm-explain" in ack["payload"]["text"]
