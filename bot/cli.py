@@ -56,8 +56,18 @@ def match_to_json(m: Any, full: bool = True) -> dict:
         "evidence": [{"line": e.line_no, "text": e.text, "why": e.why} for e in m.evidence],
     }
     if full:
-        out.update(title_zh=m.title_zh, area=m.area, signature_hit=m.signature_hit, scores=m.scores)
+        out.update(title_zh=m.title_zh, area=m.area, signature_hit=m.signature_hit, scores=m.scores,
+                   notes=list(m.notes))
     return out
+
+
+def facts_to_json(d: Any) -> dict:
+    """What the log says about the setup (bot/facts.py): the facts it states, and the line of each."""
+    facts = d.facts
+    if facts is None:
+        return {}
+    known = facts.known()
+    return {name: {"value": value, "line": facts.sources.get(name)} for name, value in known.items()}
 
 
 def diagnosis_to_json(d: Any, explanation: Any = None) -> dict:
@@ -66,7 +76,10 @@ def diagnosis_to_json(d: Any, explanation: Any = None) -> dict:
         "matches": [match_to_json(m) for m in d.matches],
         "evidence": [{"line": e.line_no, "text": e.text, "kind": e.kind} for e in d.distilled.evidence],
         "language": d.distilled.language,
-        "notes": list(d.distilled.notes),
+        "notes": [*d.distilled.notes, *d.notes],
+        "also_noticed": [match_to_json(m) for m in d.also_noticed],
+        "facts": facts_to_json(d),
+        "truncated": d.distilled.truncated,
         "total_lines": d.distilled.total_lines,
         "elapsed_ms": round(d.elapsed_ms, 1),
         "explanation": explanation.to_json() if explanation is not None else None,
@@ -98,6 +111,7 @@ def _run_jsonl(args: argparse.Namespace) -> int:
                     "id": item_id,
                     "verdict": d.verdict,
                     "matches": [match_to_json(m, full=False) for m in d.matches],
+                    "facts": facts_to_json(d),  # added key; the documented ones are unchanged
                 }
             except (ValueError, UserInputError) as exc:
                 obj = {"id": item_id, "verdict": "unknown", "matches": [], "error": f"line {n}: {exc}"}

@@ -13,7 +13,7 @@ from collections import deque
 from itertools import accumulate, islice
 
 from bot.errors import BinaryInput, EmptyInput, InputTooLarge
-from bot.models import Distilled, LogLine
+from bot.models import Distilled, LogLevel, LogLine
 from bot.redact import redact
 from indexer.text import BOILERPLATE_RE, clean_line, mask, strip_ansi
 
@@ -91,11 +91,21 @@ def decode_input(data: str | bytes, max_bytes: int) -> tuple[str, tuple[str, ...
     return text, tuple(notes)
 
 
-def _is_info(raw: str, stripped: str) -> bool:
-    """True when the prefix that clean_line removed names the INFO or DEBUG level."""
+def _level(raw: str, stripped: str) -> LogLevel:
+    """The logger level named by the prefix that clean_line removed ("" when there is none)."""
     i = raw.find(stripped[:40])
     prefix = raw[:i] if i > 0 else ""
-    return "INFO" in prefix or "DEBUG" in prefix
+    if not prefix:
+        return ""
+    if "INFO" in prefix:
+        return "info"
+    if "DEBUG" in prefix:
+        return "debug"
+    if "WARN" in prefix:
+        return "warning"
+    if "ERROR" in prefix or "CRITICAL" in prefix:
+        return "error"
+    return ""
 
 
 def _is_frame_or_code(cleaned: str) -> bool:
@@ -148,6 +158,7 @@ def distill(text: str, notes: tuple[str, ...] = (), keywords: tuple[str, ...] = 
     candidates: deque[LogLine] = deque(maxlen=MAX_CANDIDATES)
     head_candidates: list[LogLine] = []  # the first lines are kept too: the root error is often early
     dangling_frames: list[LogLine] = []
+    truncated = False
     next_free = 0  # lines before this index were consumed by a traceback walk
 
     seen_raw: set[str] = set()
@@ -175,6 +186,7 @@ def distill(text: str, notes: tuple[str, ...] = (), keywords: tuple[str, ...] = 
             exc, frames, next_free = _walk_traceback(lines, idx + 1)
             if exc is None:
                 dangling_frames = frames
+                truncated = next_free >= len(lines)  # not just a traceback longer than the walk limit
                 continue
             key = mask(exc.text)
             if key not in seen:
@@ -187,20 +199,21 @@ def distill(text: str, notes: tuple[str, ...] = (), keywords: tuple[str, ...] = 
         if key in seen or _CHAINED.match(stripped):
             continue
         seen.add(key)
+        level = _level(raw, stripped)
         if BOILERPLATE_RE.search(stripped):  # visible to signatures, but not evidence or query
-            _keep(candidates, head_candidates, LogLine(idx + 1, stripped, "context"))
+            _keep(candidates, head_candidates, LogLine(idx + 1, stripped, "context", level))
             continue
-        if _is_info(raw, stripped):
+        if level in ("info", "debug"):
             # INFO/DEBUG lines are never the error, even when they mention memory or CUDA; they are
             # kept for signatures (metrics lines) and as a last resort for context.
-            line = LogLine(idx + 1, stripped, "context")
+            line = LogLine(idx + 1, stripped, "context", level)
             info_context.append(line)
             _keep(candidates, head_candidates, line)
             continue
         is_root = bool(
             _ROOT_MARKERS.search(stripped) or _EXCEPTION_LINE.match(stripped) or _ERROR_WORD.search(stripped)
         ) or bool(_LEVEL_ERROR.match(raw.lstrip()) and not _is_frame_or_code(cleaned))
-        line = LogLine(idx + 1, stripped, "root" if is_root else "context")
+        line = LogLine(idx + 1, stripped, "root" if is_root else "context", level)
         (roots if is_root else context).append(line)
         _keep(candidates, head_candidates, line)
 
@@ -223,6 +236,7 @@ def distill(text: str, notes: tuple[str, ...] = (), keywords: tuple[str, ...] = 
         language="zh" if cjk >= 6 else "en",
         notes=notes,
         cleaned=cleaned_all,
+        truncated=truncated,
     )
 
 
