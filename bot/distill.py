@@ -236,7 +236,7 @@ def distill(text: str, notes: tuple[str, ...] = (), keywords: tuple[str, ...] = 
         language="zh" if cjk >= 6 else "en",
         notes=notes,
         cleaned=cleaned_all,
-        truncated=truncated,
+        truncated=truncated or _ends_in_frames(lines),
     )
 
 
@@ -258,6 +258,23 @@ def _walk_traceback(lines: list[str], start: int) -> tuple[LogLine | None, list[
             continue
         return LogLine(idx + 1, cleaned.strip(), "root"), list(frames), idx + 1
     return None, list(frames), idx
+
+
+_FRAME_ANYWHERE = re.compile(r'File "[^"]+", line \d+, in ')
+
+
+def _ends_in_frames(lines: list[str]) -> bool:
+    """True when the paste's last line is a traceback frame (or the code line under one): it was cut
+    before the exception line, e.g. only the top of a traceback was copied."""
+    tail = [ln for ln in lines[-50:] if ln.strip()][-2:]
+    if not tail:
+        return False
+    last = clean_line(tail[-1]).strip()
+    if _FRAME_ANYWHERE.search(last):
+        return True
+    if len(tail) == 2 and _FRAME_ANYWHERE.search(clean_line(tail[0])):  # the code line under the last frame
+        return not (_EXCEPTION_LINE.match(last) or _ROOT_MARKERS.search(last))
+    return False
 
 
 def _keep(candidates: deque[LogLine], head: list[LogLine], line: LogLine) -> None:

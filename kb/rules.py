@@ -220,8 +220,9 @@ class _Parser:
             return Text(tok[1:-1])
         if tok == "(":
             node = self.expr()
-            if self.take()[1] != ")":
+            if self.peek() != ")":
                 raise RuleError("missing ')'")
+            self.take()
             return node
         if kind == "name":
             if tok in ("true", "false"):
@@ -391,5 +392,13 @@ def explain(node: Node, facts: Mapping[str, FactValue | None]) -> str:
         if node.op == "or":
             held = [o for o in node.operands if _truth(o, facts)]
             return explain(held[0] if held else node.operands[0], facts)
-        return " and ".join(explain(o, facts) for o in node.operands)
+        shown = [o for o in node.operands if not _is_guard(o, node.operands)]
+        return " and ".join(explain(o, facts) for o in shown or node.operands)
     return _show(node, facts)
+
+
+def _is_guard(node: Node, siblings: tuple[Node, ...]) -> bool:
+    """'gpu_blocks > 0' next to 'gpu_blocks * block_size < …': a guard the reader does not need to see."""
+    if not (isinstance(node, Compare) and isinstance(node.left, Fact) and isinstance(node.right, Num)):
+        return False
+    return any(o is not node and node.left.name in fact_names(o) for o in siblings)
