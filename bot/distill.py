@@ -95,6 +95,8 @@ def _level(raw: str, stripped: str) -> LogLevel:
     """The logger level named by the prefix that clean_line removed ("" when there is none)."""
     i = raw.find(stripped[:40])
     prefix = raw[:i] if i > 0 else ""
+    if stripped.startswith("NCCL INFO") or "] NCCL INFO " in raw[:120]:  # NCCL_DEBUG=INFO chatter
+        return "info"
     if not prefix:
         return ""
     if "INFO" in prefix:

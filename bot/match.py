@@ -51,6 +51,7 @@ TRUNCATED_NOTE = (
 # Facts that name a package's version, for `fixed_in` / `affects` (other packages are not read from logs).
 _VERSION_FACTS = {"vllm": "vllm_version", "torch": "torch_version", "cuda": "cuda_version"}
 
+_FRAME_TEXT = re.compile(r'File "[^"]+", line \d+')
 _WORD = re.compile(r"[a-z][a-z0-9_]{2,}")
 _STOP = frozenset(
     "the and for with that this from are was not you your has have but use when num path hex uuid into "
@@ -124,7 +125,7 @@ class _Entry:
     score: float
     strong: bool  # a cause's signature or a proven fact rule: ranked above everything else
     signature: bool
-    unexplained: bool  # the paste holds a root error that this case's signatures do not hit
+    unexplained: bool  # a root error its signatures do not hit (an advisory: or a cause fingerprint is present)
     parts: dict[str, float]
     notes: list[str] = field(default_factory=list)
 
@@ -287,6 +288,12 @@ class Matcher:
         fact_values = facts_mapping(facts)
         proven = self._proven_rules(fact_values) if mode == "hybrid" else {}
 
+        # A cause whose fingerprint (or fact rule) is in the paste explains it: advisories yield to it.
+        cause_evident = any(
+            (case_id in sig_hits or case_id in proven) and self.cases[case_id].role == "cause"
+            for case_id in (*sig_hits, *proven)
+            if case_id in self.cases
+        )
         entries: list[_Entry] = []
         for case_id in set(sig_hits) | set(retrieval) | set(proven):
             case = self.cases.get(case_id)
@@ -296,7 +303,7 @@ class Matcher:
             parts = dict(parts)
             hits = sig_hits.get(case_id, [])
             hit_lines = {h.line.line_no for h in hits}
-            unexplained = bool(crash_lines - hit_lines)
+            unexplained = bool(crash_lines - hit_lines) or (case.role == "advisory" and cause_evident)
             if hits:
                 if case.role == "symptom":
                     base = p.signature_symptom
@@ -350,8 +357,9 @@ class Matcher:
         if distilled.truncated and matches:
             notes.append(TRUNCATED_NOTE)
             top = matches[0]
+            # A fingerprint on a message line (not a frame of the cut traceback) still stands on its own.
             complete = "fact_rule" in top.scores or any(
-                e.why.startswith("signature") and e.line_no in crash_lines for e in top.evidence
+                h.line.kind != "frame" and not _FRAME_TEXT.search(h.line.text) for h in sig_hits.get(top.case_id, [])
             )
             if not complete:  # frames alone never make a confident answer
                 matches[0] = replace(top, score=min(top.score, round(self.thresholds.match - 0.01, 3)))

@@ -130,3 +130,35 @@ def test_truncated_paste_proven_by_a_fact_rule_may_match(doctor) -> None:
     assert d.best is not None and d.best.case_id == "bf16-unsupported-pre-ampere"
     assert d.verdict == "match" and TRUNCATED_NOTE in d.notes
     assert "compute_capability 3.7 < 8" in d.best.evidence[0].text
+
+
+def _matcher_with(doctor, case_id: str, **update: object):
+    """The engine's own index and KB, with one case's version fields changed (no file is written)."""
+    from dataclasses import replace
+
+    from bot.match import Matcher
+
+    cases = tuple(c.model_copy(update=update) if c.id == case_id else c for c in doctor.kb.cases)
+    return Matcher(replace(doctor.kb, cases=cases), doctor.index, doctor.thresholds)
+
+
+def test_version_in_the_log_is_read_against_fixed_in(doctor) -> None:
+    from bot.distill import distill
+    from bot.facts import read_facts
+
+    example = KB.by_id()["cuda-reinit-forked-subprocess"].examples[0].log
+    matcher = _matcher_with(doctor, "cuda-reinit-forked-subprocess", fixed_in={"vllm": "0.6.4"})
+    old = "INFO 07-25 12:00:00 api_server.py:219] vLLM API server version 0.5.3.post1\n" + example
+    ranking = matcher.rank(distill(old), facts=read_facts(old))
+    best = ranking.matches[0]
+    assert best.case_id == "cuda-reinit-forked-subprocess"
+    assert "fixed in vllm 0.6.4; this log shows 0.5.3.post1 — upgrading is the fix" in best.notes
+    new = old.replace("0.5.3.post1", "0.7.2")
+    ranked_new = matcher.rank(distill(new), facts=read_facts(new)).matches
+    fixed = next(m for m in ranked_new if m.case_id == "cuda-reinit-forked-subprocess")
+    assert fixed.score < best.score and fixed.scores["fixed_version"] < 0
+    assert any("already has the fix" in n for n in fixed.notes)
+    outside = _matcher_with(doctor, "cuda-reinit-forked-subprocess", affects={"vllm": "<0.6"})
+    m = next(m for m in outside.rank(distill(new), facts=read_facts(new)).matches
+             if m.case_id == "cuda-reinit-forked-subprocess")
+    assert any("outside that range" in n for n in m.notes)
