@@ -51,6 +51,7 @@ TRUNCATED_NOTE = (
 # Facts that name a package's version, for `fixed_in` / `affects` (other packages are not read from logs).
 _VERSION_FACTS = {"vllm": "vllm_version", "torch": "torch_version", "cuda": "cuda_version"}
 
+_EXCEPTION_TEXT = re.compile(r"(?:^|[^A-Za-z0-9_.])(?:[A-Za-z_]\w*\.)*[A-Z][A-Za-z0-9_]*(?:Error|Exception): \S")
 _FRAME_TEXT = re.compile(r'File "[^"]+", line \d+')
 _WORD = re.compile(r"[a-z][a-z0-9_]{2,}")
 _STOP = frozenset(
@@ -285,6 +286,15 @@ class Matcher:
         root_lines = {r.line_no for r in distilled.root_errors}
         # Root errors in the strict sense: warnings that merely mention "error" explain no crash.
         crash_lines = {r.line_no for r in distilled.root_errors if r.level not in ("info", "debug", "warning")}
+        # What an advisory cannot explain: those, any exception named mid-line ("…报错ValueError: …"), and a
+        # traceback the paste was cut inside.
+        crashed = crash_lines | {
+            ln.line_no
+            for ln in (distilled.cleaned or distilled.evidence)
+            if ln.level not in ("info", "debug") and _EXCEPTION_TEXT.search(ln.text)
+        }
+        if distilled.truncated:
+            crashed.add(0)
         fact_values = facts_mapping(facts)
         proven = self._proven_rules(fact_values) if mode == "hybrid" else {}
 
@@ -303,7 +313,9 @@ class Matcher:
             parts = dict(parts)
             hits = sig_hits.get(case_id, [])
             hit_lines = {h.line.line_no for h in hits}
-            unexplained = bool(crash_lines - hit_lines) or (case.role == "advisory" and cause_evident)
+            unexplained = bool(crash_lines - hit_lines) or (
+                case.role == "advisory" and (cause_evident or bool(crashed - hit_lines))
+            )
             if hits:
                 if case.role == "symptom":
                     base = p.signature_symptom
