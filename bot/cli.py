@@ -67,8 +67,18 @@ def match_to_json(m: Any, full: bool = True) -> dict:
         "evidence": [{"line": e.line_no, "text": _quote(e.text), "why": e.why} for e in m.evidence],
     }
     if full:
-        out.update(title_zh=m.title_zh, area=m.area, signature_hit=m.signature_hit, scores=m.scores)
+        out.update(title_zh=m.title_zh, area=m.area, signature_hit=m.signature_hit, scores=m.scores,
+                   notes=list(m.notes))
     return out
+
+
+def facts_to_json(d: Any) -> dict:
+    """What the log says about the setup (bot/facts.py): the facts it states, and the line of each."""
+    facts = d.facts
+    if facts is None:
+        return {}
+    known = facts.known()
+    return {name: {"value": value, "line": facts.sources.get(name)} for name, value in known.items()}
 
 
 def diagnosis_to_json(d: Any, explanation: Any = None) -> dict:
@@ -77,7 +87,10 @@ def diagnosis_to_json(d: Any, explanation: Any = None) -> dict:
         "matches": [match_to_json(m) for m in d.matches],
         "evidence": [{"line": e.line_no, "text": e.text, "kind": e.kind} for e in d.distilled.evidence],
         "language": d.distilled.language,
-        "notes": list(d.distilled.notes),
+        "notes": [*d.distilled.notes, *d.notes],
+        "also_noticed": [match_to_json(m) for m in d.also_noticed],
+        "facts": facts_to_json(d),
+        "truncated": d.distilled.truncated,
         "total_lines": d.distilled.total_lines,
         "elapsed_ms": round(d.elapsed_ms, 1),
         "explanation": explanation.to_json() if explanation is not None else None,
@@ -122,7 +135,8 @@ def _batch_answer(doctor: Any, n: int, raw: bytes) -> dict[str, Any]:
         if not isinstance(log, str):
             raise ValueError('missing string field "log"')
         d = doctor.diagnose(log)
-        return {"id": item_id, "verdict": d.verdict, "matches": [match_to_json(m, full=False) for m in d.matches]}
+        return {"id": item_id, "verdict": d.verdict, "matches": [match_to_json(m, full=False) for m in d.matches],
+                "facts": facts_to_json(d)}  # added key; the documented ones are unchanged
     except (ValueError, UserInputError) as exc:  # json.JSONDecodeError is a ValueError
         return {"id": item_id, "verdict": "unknown", "matches": [], "error": f"line {n}: {exc}"}
     except Exception:  # noqa: BLE001 - one bad record must not cost the others their answers

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from bot.distill import distill, extra_keywords
 from bot.errors import IndexUnavailable
+from bot.facts import read_facts
 from bot.match import Matcher, Mode, Thresholds, signature_literals
 from bot.models import Diagnosis
 from bot.ops import metrics
@@ -168,8 +169,17 @@ class Doctor:
         self.reload_if_changed()
         paste = decode_input(data, self.settings.max_input_bytes)
         distilled = distill(paste, keywords=self._keywords)
-        verdict, matches = self.matcher.match(distilled, mode=mode)
-        return Diagnosis(verdict, matches, distilled, elapsed_ms=(time.perf_counter() - started) * 1000)
+        facts = read_facts(paste.text)
+        ranking = self.matcher.rank(distilled, mode=mode, facts=facts)
+        return Diagnosis(
+            ranking.verdict,
+            ranking.matches,
+            distilled,
+            elapsed_ms=(time.perf_counter() - started) * 1000,
+            also_noticed=ranking.also_noticed,
+            facts=facts,
+            notes=ranking.notes,
+        )
 
     # -- explanation (LLM when configured, KB-only otherwise) ----------------------------------------
     @property

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from bot.facts import fact_lines
+
 _COLORS = {"match": "32", "uncertain": "33", "unknown": "31", "dim": "2", "bold": "1", "cyan": "36"}
 _VERDICT_TEXT = {
     "match": "MATCH — a known failure",
@@ -22,7 +24,7 @@ def render_text(diagnosis: Any, doctor: Any, explanation: Any = None, color: boo
     best = d.best
     score = f" ({best.score:.2f})" if best else ""
     out.append(_c(f"Verdict: {_VERDICT_TEXT[d.verdict]}{score}", d.verdict, color))
-    for note in d.distilled.notes:
+    for note in (*d.distilled.notes, *getattr(d, "notes", ())):
         out.append(_c(f"note: {note}", "dim", color))
     if not d.matches:
         out.append("No case in the knowledge base resembles this log.")
@@ -42,6 +44,8 @@ def render_text(diagnosis: Any, doctor: Any, explanation: Any = None, color: boo
         for e in m.evidence:
             out.append(_c(f"     L{e.line_no}: ", "dim", color) + e.text.strip()[:200])
             out.append(_c(f"           ({e.why})", "dim", color))
+        for note in m.notes:
+            out.append(_c(f"   note: {note}", "bold", color))
         if rank == 1 and d.verdict != "unknown":
             case = doctor.case(m.case_id)
             out.append("   Cause: " + " ".join(case.cause.split()))
@@ -50,6 +54,19 @@ def render_text(diagnosis: Any, doctor: Any, explanation: Any = None, color: boo
                 out.append(f"     {i}. {step.text}")
                 if step.command:
                     out.append(_c(f"        $ {step.command}", "cyan", color))
+    also = getattr(d, "also_noticed", ())
+    if also:
+        out.append("")
+        out.append("Also noticed (not the cause of this failure):")
+        for m in also:
+            line = f" (L{m.evidence[0].line_no})" if m.evidence else ""
+            out.append(f"  - {m.case_id} — {m.title}{line}")
+    facts = fact_lines(getattr(d, "facts", None))
+    if facts:
+        out.append("")
+        out.append(_c("What the log says about your setup:", "bold", color))
+        for line in facts:
+            out.append(f"  {line}")
     if d.verdict == "unknown":
         out.append("")
         out.append("Nothing matched well enough to name a cause. If you find the fix, add it as a case:")

@@ -138,7 +138,7 @@ def generalise(line: str) -> str | None:
 def _probe_case(pattern: str) -> Case:
     """A throw-away case holding one pattern, so the KB's own scanner can test it (not validated: the
     pattern was compiled above)."""
-    return Case.model_construct(id="suggestion", secondary=False, signatures=[pattern])
+    return Case.model_construct(id="suggestion", signatures=[pattern])
 
 
 def suggest_signatures(

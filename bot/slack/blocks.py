@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from bot.facts import fact_lines
 from bot.models import Diagnosis, Match
 from bot.slack.mrkdwn import (
     channel_link,
@@ -176,6 +177,8 @@ def answer(
         head = _VERDICT_HEAD[diagnosis.verdict].format(title=title)
         fallback = f"{'Likely' if diagnosis.verdict == 'match' else 'Possible'} cause: {_title(best, language)}"
         head += f"\nKB case {inline_code(best.case_id, 120)} · {escape(best.area)} · confidence {_percent(best.score)}"
+    for note in diagnosis.notes[:2]:  # e.g. the paste ends inside a traceback
+        head += f"\n:warning: {escape_limited(note, 300)[0]}"
     if asker:
         head = f"{user_mention(asker)} {head}"
     blocks.append(_section(head, "verdict"))
@@ -214,10 +217,26 @@ def answer(
             fix_text, fix_cut = _fix_text(steps)
             cut |= fix_cut
             blocks.append(_section(fix_text, "fix"))
+        notes = [escape_limited(n, 300)[0] for n in best.notes]
+        if notes:
+            blocks.append(_context([f":pushpin: {n}" for n in notes[:3]], "case_notes"))
         others = [m for m in diagnosis.matches[1:4]]
         if others:
             also = " · ".join(f"{escape_limited(_title(m, language), 120)[0]} ({_percent(m.score)})" for m in others)
             blocks.append(_context([f"Also possible: {also}"], "others"))
+    if diagnosis.also_noticed:
+        noticed = " · ".join(
+            f"{escape_limited(_title(m, language), 120)[0]} ({inline_code(m.case_id, 80)})" for m in diagnosis.also_noticed
+        )
+        blocks.append(_context([f"Also noticed (not the cause of this failure): {noticed}"], "noticed"))
+    setup = fact_lines(diagnosis.facts)
+    if setup:
+        body, setup_cut = _bounded_join(
+            ["*What the log says about your setup*", *(f"• {escape_limited(f, 200)[0]}" for f in setup)],
+            SECTION_TEXT_MAX, "…",
+        )
+        cut |= setup_cut
+        blocks.append(_section(body, "setup"))
 
     # 4. provenance
     provenance = _provenance(diagnosis, explanation, streaming_text, llm_pending)

@@ -289,7 +289,7 @@ def test_suggested_signatures_for_every_bundled_example_hit_it_and_spare_healthy
         suggestions = suggest_signatures(example.log, healthy=healthy)
         with_suggestion += bool(suggestions)
         for s in suggestions:
-            probe = Case.model_construct(id="probe", secondary=False, signatures=[s.pattern])
+            probe = Case.model_construct(id="probe", signatures=[s.pattern])
             assert SignatureScanner([probe]).scan(distill(example.log).cleaned), (case.id, s.pattern)
             for name, lines in healthy:
                 assert not SignatureScanner([probe]).scan(lines), (case.id, s.pattern, name)
