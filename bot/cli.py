@@ -60,12 +60,14 @@ def match_to_json(m: Any, full: bool = True) -> dict:
     return out
 
 
-def diagnosis_to_json(d: Any, explanation: Any = None) -> dict:
+def diagnosis_to_json(d: Any, explanation: Any = None, language: str | None = None) -> dict:
+    """language: the answer's language (--lang, the setting, else the paste's); defaults to the paste's."""
     return {
         "verdict": d.verdict,
+        "kind": getattr(d, "kind", "log"),
         "matches": [match_to_json(m) for m in d.matches],
         "evidence": [{"line": e.line_no, "text": e.text, "kind": e.kind} for e in d.distilled.evidence],
-        "language": d.distilled.language,
+        "language": language or d.distilled.language,
         "notes": list(d.distilled.notes),
         "total_lines": d.distilled.total_lines,
         "elapsed_ms": round(d.elapsed_ms, 1),
@@ -130,12 +132,15 @@ def cmd_explain(args: argparse.Namespace) -> int:
     elif host_facts is not None:
         print("note: --host-report is only used by the LLM explanation, which is off "
               f"({'--no-llm' if args.no_llm else 'VLLM_BASE_URL is not set'})", file=sys.stderr)
+    from bot.explain import resolve_language
+
+    lang = resolve_language(diagnosis, args.lang, doctor.settings.llm_language)
     if args.json:
-        print(json.dumps(diagnosis_to_json(diagnosis, explanation), ensure_ascii=False, indent=2))
+        print(json.dumps(diagnosis_to_json(diagnosis, explanation, lang), ensure_ascii=False, indent=2))
     else:
         from bot.render import render_text
 
-        print(render_text(diagnosis, doctor, explanation, color=_want_color()))
+        print(render_text(diagnosis, doctor, explanation, color=_want_color(), lang=lang))
     return 0
 
 

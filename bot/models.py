@@ -59,6 +59,7 @@ class Diagnosis:
     matches: tuple[Match, ...]  # best first, at most 5
     distilled: Distilled
     elapsed_ms: float = 0.0
+    kind: Literal["log", "question"] = "log"  # question: short text without a log (bot/question.py)
 
     @property
     def best(self) -> Match | None:
