@@ -28,7 +28,7 @@ Language = Literal["en", "zh"]
 # exception names such as "ValueError", "error:" messages, worker prefixes, shell prompts, quoted output).
 _LOG_LINE_RE = re.compile(
     r"Traceback \(most recent call last\)|^\s*File \"|^\s*(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL)[\s:]"
-    r"|\b\d{2}:\d{2}:\d{2}\b|\((?:[\w\-]+\s+)?pid=\d+|^\s*\[rank\d+\]|^\s*>|^\S+@\S+[:#$]"
+    r"|\b\d{2}:\d{2}:\d{2}\b|\([^)]*\bpid=\d+|^\s*\[rank\d+\]|^\s*>|^\S+@\S+[:#$]"
     r"|[A-Za-z](?:Error|Exception)\b|\berror:|\berror\s+code\b",
     re.IGNORECASE,
 )
