@@ -46,6 +46,12 @@ def looks_like_question(text: str) -> bool:
     return not any(_LOG_LINE_RE.search(ln) for ln in lines)
 
 
+def is_deployment_question(text: str, glossary: Glossary) -> bool:
+    """A question about deploying vLLM (names a glossary term or vLLM), not "hi" or "thanks": in a DM the
+    bot answers it; other text gets the usage hint."""
+    return looks_like_question(text) and ("vllm" in text.lower() or bool(glossary.lookup(text)))
+
+
 def question_language(text: str) -> Language:
     """Chinese when the question has at least two Chinese characters (people mix in English terms)."""
     return "zh" if len(re.findall(r"[\u3400-\u9fff\uf900-\ufaff]", text)) >= 2 else "en"
@@ -195,6 +201,7 @@ __all__ = [
     "QuestionParams",
     "QuestionResult",
     "expand",
+    "is_deployment_question",
     "looks_like_question",
     "question_language",
 ]
