@@ -258,6 +258,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--floor-abstain", type=float, default=None, help="exit 1 if abstain on uncovered is below")
     p.add_argument("--errors", action="store_true", help="list every miss")
     p.add_argument("--sweep", action="store_true", help="print a threshold sweep (calibration)")
+    p.add_argument("--questions", help="question set scored beside the logs (default: questions.jsonl next to "
+                   "LABELLED when it exists)")
+    p.add_argument("--no-questions", action="store_true", help="score the logs only")
     p.set_defaults(func=cmd_eval)
 
     p = sub.add_parser("diagnose", help="run the host check catalogue (SSH or --local)")
