@@ -36,6 +36,7 @@ from bot.explain_answer import (
     AnswerRejected,
     Confidence,
     PreviewScanner,
+    answer_in_language,
     answer_schema,
     parse_answer,
 )
@@ -48,6 +49,7 @@ from bot.explain_prompt import (
     estimate_tokens,
     fit_prompt,
 )
+from bot.i18n import case_cause, case_summary, step_text, t
 from bot.llm import ChatResult, LLMClient, ServerInfo
 from bot.models import Diagnosis
 from bot.ops import metrics
@@ -154,8 +156,8 @@ def resolve_language(diagnosis: Diagnosis, requested: str | None, setting: str =
     return "zh" if diagnosis.distilled.language == "zh" else "en"
 
 
-def _step_text(step: Any) -> str:
-    text = " ".join(str(step.text).split())
+def _step_text(step: Any, lang: Language) -> str:
+    text = step_text(step, lang)
     return f"{text} `{step.command}`" if getattr(step, "command", None) else text
 
 
@@ -173,12 +175,11 @@ def kb_only_explanation(
     if best is None or diagnosis.verdict == "unknown":
         summary, steps = _NO_MATCH[lang]
         return Explanation("none", summary, "", list(steps), "low", lang, "kb", note)
-    summary = best.title_zh if lang == "zh" else best.title
     return Explanation(
         case_id=best.id,
-        summary=summary,
-        why=" ".join(best.cause.split()),
-        fix_steps=[_step_text(s) for s in best.fix],
+        summary=case_summary(best, lang),
+        why=case_cause(best, lang),
+        fix_steps=[_step_text(s, lang) for s in best.fix],
         confidence=_VERDICT_CONFIDENCE.get(diagnosis.verdict, "low"),
         language=lang,
         source="kb",
@@ -307,8 +308,13 @@ class Explainer:
                 return
             metrics.LLM_CALLS.labels(outcome="skipped").inc()
             yield fallback(
-                f"LLM skipped after {self.breaker.threshold} failures in a row (last: {self.breaker.last_reason}); "
-                f"next try in {self.breaker.retry_in_s():.0f} s. Answer from the knowledge base."
+                t(
+                    "note.breaker",
+                    lang,
+                    n=self.breaker.threshold,
+                    reason=self.breaker.last_reason,
+                    retry=self.breaker.retry_in_s(),
+                )
             )
             return
 
@@ -343,11 +349,11 @@ class Explainer:
             if exc.kind in _BREAKER_KINDS:
                 self.breaker.failure(str(exc))
                 settled = True
-            yield fallback(f"LLM unavailable ({exc}); answer from the knowledge base.")
+            yield fallback(t("note.unavailable", lang, reason=exc))
             return
         except Exception:  # a bug here must not cost the user the KB answer
             log.exception("explanation failed")
-            yield fallback("LLM step failed with an internal error (logged); answer from the knowledge base.")
+            yield fallback(t("note.internal", lang))
             return
         finally:
             if not settled:
@@ -359,8 +365,10 @@ class Explainer:
             if result.finish_reason == "length":
                 raise AnswerRejected(f"the LLM's answer was cut off at {prompt.max_tokens} tokens")
             fields = parse_answer(result.text, prompt.allowed_ids)
+            if lang == "zh" and not answer_in_language(fields, lang):
+                raise AnswerRejected(t("note.wrong_language", lang))
         except AnswerRejected as exc:
-            yield fallback(f"LLM answer discarded: {exc}; answer from the knowledge base.")
+            yield fallback(t("note.discarded", lang, reason=exc))
             return
         timings["validate_ms"] = (time.monotonic() - validate_started) * 1000
         timings["total_ms"] = ms()

@@ -69,6 +69,7 @@ class Diagnosis:
     also_noticed: tuple[Match, ...] = ()
     facts: LogFacts | None = None  # what the log says about the setup (bot/facts.py)
     notes: tuple[str, ...] = ()  # matcher notes, e.g. "the final error line is missing"
+    kind: Literal["log", "question"] = "log"  # question: short text without a log (bot/question.py)
 
     @property
     def best(self) -> Match | None:

@@ -12,6 +12,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterator, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +23,7 @@ from bot.match import Matcher, Mode, Thresholds, signature_literals
 from bot.models import Diagnosis
 from bot.ops import metrics
 from bot.paste import Paste, decode_input
+from bot.question import QuestionMatcher, looks_like_question
 from bot.settings import Settings, get_settings
 from kb.loader import DEFAULT_CASES_DIR, KnowledgeBase, case_files, load_kb
 from kb.schema import Case
@@ -46,6 +48,7 @@ class Doctor:
         self._index: Any = None
         self._encoder_instance: Any = None
         self._matcher: Matcher | None = None
+        self._question_matcher: QuestionMatcher | None = None
         self._explainer: Explainer | None | bool = False  # False = not resolved yet
         self._priors: Mapping[str, float] | None = None
         self.thresholds = Thresholds(
@@ -96,6 +99,7 @@ class Doctor:
             if self._index is not None:
                 self._index = self._open_index(kb)  # incremental: only changed cases are re-embedded
                 self._matcher = Matcher(self._kb, self._index, self.thresholds, priors=self._priors)
+            self._question_matcher = None
             return True
 
     def _encoder(self) -> Any:
@@ -138,6 +142,7 @@ class Doctor:
         with self._lock:
             self._index = self._open_index(self._kb, force_rebuild=True)
             self._matcher = None
+            self._question_matcher = None
             return self._index
 
     @property
@@ -155,6 +160,15 @@ class Doctor:
                 self._matcher = Matcher(self._kb, index, self.thresholds, priors=self._priors)
             return self._matcher
 
+    @property
+    def question_matcher(self) -> QuestionMatcher:
+        with self._lock:
+            if self._question_matcher is None:
+                from kb.glossary import default_glossary
+
+                self._question_matcher = QuestionMatcher(self._kb, self.index, default_glossary())
+            return self._question_matcher
+
     def set_priors(self, priors: Mapping[str, float] | None) -> None:
         """Ranking prior per case from user feedback (bot.kbstore.feedback; clamped in bot.match)."""
         with self._lock:
@@ -169,6 +183,16 @@ class Doctor:
         self.reload_if_changed()
         paste = decode_input(data, self.settings.max_input_bytes)
         distilled = distill(paste, keywords=self._keywords)
+        if (
+            mode == "hybrid"
+            and looks_like_question(paste.text)
+            and not self.matcher.scanner.scan(distilled.cleaned or distilled.evidence)
+        ):
+            # No log, no exact error string: answer the question (both languages, glossary-expanded).
+            asked = self.question_matcher.match(paste.text)
+            distilled = replace(distilled, language=asked.language)
+            elapsed = (time.perf_counter() - started) * 1000
+            return Diagnosis(asked.verdict, asked.matches, distilled, elapsed_ms=elapsed, kind="question")
         facts = read_facts(paste.text)
         ranking = self.matcher.rank(distilled, mode=mode, facts=facts)
         return Diagnosis(

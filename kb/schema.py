@@ -146,6 +146,20 @@ class Case(_Strict):
         parts += [_signature_words(p) for p in self.signatures]
         return "\n".join(p for p in parts if p)
 
+    def search_text_zh(self) -> str:
+        """The Chinese text of this case (empty parts skipped), for the lexical channel."""
+        parts = [self.title_zh, self.summary_zh, self.cause_zh, " ".join(self.keywords_zh)]
+        parts += [s.text_zh for s in self.fix]
+        return "\n".join(p for p in parts if p)
+
+    def missing_chinese(self) -> list[str]:
+        """Chinese fields a bundled case must fill (`kb lint`), by field path."""
+        missing = [name for name in ("summary_zh", "cause_zh") if not getattr(self, name)]
+        if not self.keywords_zh:
+            missing.append("keywords_zh")
+        missing += [f"fix.{i}.text_zh" for i, step in enumerate(self.fix) if not step.text_zh]
+        return missing
+
 
 def _signature_words(pattern: str) -> str:
     """Regex → the literal words in it, so signatures also feed BM25 and the embedding."""

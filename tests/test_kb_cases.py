@@ -56,3 +56,24 @@ def test_case_checks_exist_and_point_back() -> None:
     for check_id, case_ids in referenced.items():
         for case_id in case_ids:
             assert check_id in KB.by_id()[case_id].checks, f"{case_id} should list {check_id} in `checks`"
+
+
+def test_every_bundled_case_has_its_chinese_text() -> None:
+    """Chinese summary, cause, keywords and every fix step's text (cases filed from Slack may lack them)."""
+    from kb.loader import missing_chinese
+
+    problems = [str(err) for err in missing_chinese()]
+    assert problems == [], "\n".join(problems)
+
+
+def test_missing_chinese_names_the_file_and_the_field(tmp_path) -> None:
+    from kb.loader import DEFAULT_CASES_DIR, missing_chinese
+
+    source = DEFAULT_CASES_DIR / "serving" / "port-in-use.yaml"
+    (tmp_path / "serving").mkdir()
+    target = tmp_path / "serving" / "port-in-use.yaml"
+    kept = [ln for ln in source.read_text(encoding="utf-8").splitlines() if not ln.lstrip().startswith(("cause_zh:", "text_zh:"))]
+    target.write_text("\n".join(kept) + "\n", encoding="utf-8")
+    [err] = missing_chinese(tmp_path)
+    assert err.path == str(target)
+    assert "field 'cause_zh'" in str(err) and "field 'fix.0.text_zh'" in str(err) and "summary_zh" not in str(err)

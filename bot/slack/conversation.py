@@ -18,11 +18,13 @@ from bot import errors
 from bot.models import Diagnosis
 from bot.ops import metrics
 from bot.paste import Paste, decode_input
+from bot.question import question_language
 from bot.slack import blocks
 from bot.slack.blocks import Message
 from bot.slack.deps import SlackDeps
 from bot.slack.files import check_text_size, fetch_file_text
 from bot.slack.heuristics import looks_like_error_log
+from bot.slack.locale import answer_language
 from bot.slack.progress import ThrottledUpdater
 from bot.slack.recent import AnswerRecord
 
@@ -94,8 +96,9 @@ def diagnose_and_answer(deps: SlackDeps, client: Any, request: LogRequest) -> st
     if request.only_if_log_like and not looks_like_error_log(paste.text):
         return None
 
+    locale = deps.locales.language_of(client, where.user)
     post = _Poster(client, where, deps.settings.slack_update_interval_s)
-    post.placeholder(blocks.placeholder())
+    post.placeholder(blocks.placeholder(lang=answer_language(locale, question_language(paste.text))))
 
     try:
         diagnosis = deps.engine.diagnose(paste)
@@ -111,6 +114,7 @@ def diagnose_and_answer(deps: SlackDeps, client: Any, request: LogRequest) -> st
 
     metrics.VERDICTS.labels(verdict=diagnosis.verdict).inc()
     answer_id = deps.recent.new_id()
+    lang = answer_language(locale, diagnosis.distilled.language)
     best = diagnosis.best
     case = _case_or_none(deps, best.case_id) if best else None
     explain = deps.llm_enabled and diagnosis.verdict != "unknown"
@@ -123,7 +127,7 @@ def diagnose_and_answer(deps: SlackDeps, client: Any, request: LogRequest) -> st
 
     def build(**kw: Any) -> Message:
         return blocks.answer(diagnosis, answer_id=answer_id, case=case, asker=asker, outcome=outcome,
-                             host_facts_note=host_note, **kw)
+                             host_facts_note=host_note, language=lang, **kw)
 
     first = build(llm_pending=explain)
     record = AnswerRecord(
@@ -152,16 +156,16 @@ def diagnose_and_answer(deps: SlackDeps, client: Any, request: LogRequest) -> st
         post.file(f"distilled-{answer_id}.log", _distilled_file(diagnosis), "Full distilled log")
 
     if explain:
-        _stream_explanation(deps, diagnosis, build, post, list(host.facts) if host else None)
+        _stream_explanation(deps, diagnosis, build, post, list(host.facts) if host else None, lang)
     return answer_id
 
 
 def _stream_explanation(deps: SlackDeps, diagnosis: Diagnosis, build: Callable[..., Message], post: _Poster,
-                        host_facts: list[str] | None) -> None:
+                        host_facts: list[str] | None, lang: str) -> None:
     streamed = ""
     explanation: Any = None
     try:
-        for piece in deps.engine.explain_stream(diagnosis, host_facts=host_facts):
+        for piece in deps.engine.explain_stream(diagnosis, host_facts=host_facts, language=lang):
             if isinstance(piece, str):
                 streamed += piece
                 post.progress(lambda text=streamed: build(streaming_text=text))

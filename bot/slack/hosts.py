@@ -22,6 +22,7 @@ from typing import Any
 from slack_sdk.errors import SlackApiError
 
 from bot.errors import DoctorError, UserInputError
+from bot.i18n import case_title
 from bot.slack import blocks
 from bot.slack.conversation import Where, tell_user
 from bot.slack.thread_facts import ThreadHostFacts
@@ -114,7 +115,8 @@ class HostDiagnostics:
         from bot.runner import run_diagnosis
 
         names = [h.name for h in hosts]
-        start = blocks.host_progress(target, names, None)
+        lang = deps.locales.language_of(client, where.user) or "en"
+        start = blocks.host_progress(target, names, None, lang)
         kwargs: dict[str, Any] = {"channel": where.channel, **start.as_kwargs()}
         if where.thread_ts:
             kwargs["thread_ts"] = where.thread_ts
@@ -154,10 +156,11 @@ class HostDiagnostics:
         titles = {}
         for case_id in report.case_ids():
             try:
-                titles[case_id] = deps.engine.case(case_id).title
+                titles[case_id] = case_title(deps.engine.case(case_id), lang)
             except Exception:  # noqa: BLE001 - a finding may name a case that was since removed
                 titles[case_id] = case_id
-        message = blocks.host_report(report, kb_titles=titles, asker=where.user if not where.thread_ts else None)
+        message = blocks.host_report(report, kb_titles=titles, asker=where.user if not where.thread_ts else None,
+                                     lang=lang)
         self._finish(client, where, channel, ts, message)
         if thread_ts and (facts := ThreadHostFacts.from_report(channel, thread_ts, report)) is not None:
             deps.thread_facts.remember(facts)  # a log pasted in this thread is explained with these facts

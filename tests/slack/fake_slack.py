@@ -10,7 +10,9 @@ It also behaves like Slack where the bot could get it wrong:
   * takes uploads (files.getUploadURLExternal → POST upload_url → files.completeUploadExternal);
   * sinks response_url POSTs and hands out apps.connections.open URLs for Socket Mode;
   * answers usergroups.users.list from `groups`, or `missing_scope` when "usergroups:read" is taken out
-    of `scopes` (the scopes auth.test reports).
+    of `scopes` (the scopes auth.test reports);
+  * answers users.info with the user's `locale` from `locales` (only with include_locale, like Slack),
+    or `missing_scope` when "users:read" is taken out of `scopes`.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 SCOPES = ("chat:write", "commands", "app_mentions:read", "files:read", "files:write", "im:history",
-          "usergroups:read")
+          "usergroups:read", "users:read")
 BOT_USER_ID = "UBOT0001"
 BOT_ID = "BBOT0001"
 TEAM_ID = "T0TEST01"
@@ -62,6 +64,7 @@ class FakeSlack:
         self.not_in_channels: set[str] = set()
         self.groups: dict[str, list[str]] = {}  # user group id (S…) → member user ids
         self.scopes: set[str] = set(SCOPES)
+        self.locales: dict[str, str] = {}  # user id → Slack locale, e.g. "zh-CN" (others: "en-US")
         self.truncated: list[Call] = []
         self._rate_limit_once: dict[str, int] = {}
         self._release: threading.Event | None = None  # set: held calls go on (see holding())
@@ -379,6 +382,16 @@ class _Handler(BaseHTTPRequestHandler):
         if members is None:
             return self._send(200, {"ok": False, "error": "no_such_subteam"})
         self._send(200, {"ok": True, "users": list(members)})
+
+    def api_users_info(self, call: Call) -> None:
+        if "users:read" not in self.fake.scopes:
+            return self._send(200, {"ok": False, "error": "missing_scope", "needed": "users:read",
+                                    "provided": ",".join(sorted(self.fake.scopes))})
+        user_id = call.params.get("user", "")
+        user: dict[str, Any] = {"id": user_id, "name": user_id.lower(), "is_bot": False}
+        if str(call.params.get("include_locale", "")).lower() in ("true", "1"):
+            user["locale"] = self.fake.locales.get(user_id, "en-US")
+        self._send(200, {"ok": True, "user": user})
 
     def api_chat_postMessage(self, call: Call) -> None:
         if self._message_ok(call):

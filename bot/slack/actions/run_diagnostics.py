@@ -34,6 +34,7 @@ def run_diagnostics(deps: SlackDeps) -> Callable[..., None]:
             view=blocks.host_picker_view(
                 private_metadata=metadata,
                 hosts_hint=deps.hosts.picker_hint(client, (body.get("user") or {}).get("id"), channel),
+                lang=deps.locales.language_of(client, (body.get("user") or {}).get("id")) or "en",
             ),
         )
 
