@@ -80,7 +80,11 @@ def _word_start(literal: str) -> str:
 
 # A value that is not a placeholder: not a mark we already wrote, not a template or shell variable,
 # not None/null/true/false. Written for the lower-cased text (caseless rules).
-_VALUE = r"(?![\[<${(*])(?!(?:none|null|nil|true|false|undefined)\b)[^\s'\",;&)}\]]{3,512}"
+_VALUE = (
+    r"(?![\[<${(*])(?!(?:none|null|nil|true|false|undefined)\b)"
+    r"(?![\w-]{0,12}?(?i:xxx|\.\.\.)(?!\w))"  # a placeholder written in docs and KB fixes: hf_xxx, sk-...
+    r"[^\s'\",;&)}\]]{3,512}"
+)
 _QUOTE = r"(?:\\?+['\"])?+"  # an optional quote, JSON-escaped or not
 _SEP = _QUOTE + r"\s{0,8}+(?:=|:(?!//))\s{0,8}+" + _QUOTE  # key/value separator with optional quotes
 _LIST = r"(?:\[\s{0,8}+['\"])?+"  # vLLM prints some secrets as a list: 'api_key': ['token-abc']

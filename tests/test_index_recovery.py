@@ -86,7 +86,10 @@ FULL_REBUILDS = {
     "vector file deleted": (lambda d: _vectors_file(d).unlink(), "missing its vector file"),
     "vector file garbage of the right size": (
         lambda d: _vectors_file(d).write_bytes(b"\x07" * _vectors_file(d).stat().st_size),
-        "corrupt vector file",
+        "does not match its checksum",
+    ),
+    "manifest without checksums (older version)": (
+        lambda d: _set_manifest(d, vectors_sha256=None), "no checksum for its vector file",
     ),
     "wrong dimension": (lambda d: _set_manifest(d, dimension=123), "shape"),
     "fewer documents than vectors": (
