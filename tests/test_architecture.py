@@ -15,6 +15,7 @@ HEAVY = {
     "asyncssh": "bot/runner/ssh.py",
     "sentence_transformers": "indexer/encoder.py",
     "faiss": "indexer/store.py",
+    "matplotlib": "bot/pictures.py",
 }
 
 
