@@ -112,19 +112,25 @@ def search_terms(diagnosis: Diagnosis, limit: int = 3) -> list[str]:
         text = line.text.strip()
         exc = re.match(r"^([\w.]*(?:Error|Exception))\b", text)
         body = _EXC_PREFIX.sub("", text)
-        words: list[str] = []
-        for word in body.split():
-            if _VARIABLE.search(word) or len(words) >= 9:
-                break
-            words.append(word.strip(".,:;"))
-        phrase = " ".join(w for w in words if w)
-        if len(phrase) >= 12:
-            term = f'"{phrase}"' + (f" {exc.group(1).rsplit('.', 1)[-1]}" if exc else "")
+        # "unable to mmap 1693… bytes from file <…>: Cannot allocate memory (12)" → two fixed phrases
+        phrases = [p for p in (_fixed_words(chunk) for chunk in re.split(r":\s+", body)[:3]) if len(p) >= 10]
+        if phrases:
+            term = " ".join(f'"{p}"' for p in phrases[:2]) + (f" {exc.group(1).rsplit('.', 1)[-1]}" if exc else "")
             if term not in terms:
                 terms.append(term)
         if len(terms) >= limit:
             break
     return terms
+
+
+def _fixed_words(chunk: str) -> str:
+    """The leading words of a message before the first variable part (number, path, quote, bracket)."""
+    words: list[str] = []
+    for word in chunk.split():
+        if _VARIABLE.search(word) or len(words) >= 9:
+            break
+        words.append(word.strip(".,:;"))
+    return " ".join(w for w in words if w)
 
 
 def draft(diagnosis: Diagnosis, facts: LogFacts, *, env: Environment | None = None,

@@ -95,9 +95,9 @@ def _env_values(host: HostReport) -> dict[str, str]:
             continue
         shown = check.facts.get("vars")
         if isinstance(shown, dict):
-            for name in RELEVANT_ENV:
-                if name in shown and shown[name] not in (None, ""):
-                    out[f"env {name}"] = str(shown[name])
+            for name in RELEVANT_ENV:  # unset is a value too: "set on one host only" is the usual story
+                value = shown.get(name)
+                out[f"env {name}"] = str(value) if value not in (None, "") else "(unset)"
     return out
 
 
