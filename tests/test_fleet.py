@@ -62,10 +62,16 @@ def test_fleet_diff_on_real_sshd_names_exactly_the_planted_host(tmp_path):
     hosts = {f"gpu0{i}": (f"127.0.0.{i + 1}", "healthy") for i in range(1, 4)}
     hosts["gpu04"] = ("127.0.0.5", "driver-535")  # same stack, another driver: planted
     fleet = start_fleet(tmp_path, hosts)
+    messages: list[str] = []
     try:
-        report = run_diagnosis("fleet", settings=fleet.settings, checks=["gpu", "python", "system", "env"])
+        report = run_diagnosis("fleet", settings=fleet.settings, checks=["gpu", "python", "system", "env"],
+                               progress=messages.append)
     finally:
         fleet.stop()
+    # progress counts hosts done out of the group, never backwards, ending at 4/4
+    counts = [int(m.split("/", 1)[0]) for m in messages]
+    assert all(m.split(" hosts done · ", 1)[0].endswith("/4") for m in messages)
+    assert counts == sorted(counts) and counts[-1] == 4 and messages[-1].startswith("4/4 hosts done · ")
     assert all(h.error is None for h in report.hosts), [h.error for h in report.hosts]
     diff = fleet_diff(fleet_facts(report))
     assert [(d.host, d.field) for d in diff] == [("gpu04", "driver")]
