@@ -76,3 +76,17 @@ def test_fleet_diff_on_real_sshd_names_exactly_the_planted_host(tmp_path):
     diff = fleet_diff(fleet_facts(report))
     assert [(d.host, d.field) for d in diff] == [("gpu04", "driver")]
     assert diff[0].value == "535.104.05" and diff[0].majority_hosts == 3
+
+
+def test_baseline_store_keeps_the_newest_per_target(tmp_path):
+    from bot.runner.baseline import BaselineStore
+
+    store = BaselineStore(tmp_path / "audit.sqlite3")
+    assert store.latest("a100") is None
+    store.save("a100", {"gpu01": {"driver": "550.54.15"}}, saved_by="cli:ops", now=100.0)
+    store.save("a100", {"gpu01": {"driver": "550.90.07"}}, saved_by="U1", now=200.0)
+    store.save("h100", {"gpu09": {"driver": "535.104.05"}}, now=300.0)
+    again = BaselineStore(tmp_path / "audit.sqlite3")  # survives a restart
+    latest = again.latest("a100")
+    assert latest is not None and latest.facts == {"gpu01": {"driver": "550.90.07"}} and latest.saved_by == "U1"
+    assert again.latest("h100").facts["gpu09"]["driver"] == "535.104.05"
