@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bot.memory_view import log_memory_bars, log_memory_title  # noqa: E402
 from bot.models import LogFacts  # noqa: E402
 from bot.pictures import GridCell, fleet_grid_picture, memory_picture  # noqa: E402
-from bot.runner.fleet import fleet_diff, fleet_facts  # noqa: E402
+from bot.runner.fleet_diff import fleet_diff, fleet_facts  # noqa: E402
 from bot.runner.report import CheckResult, DiagnosisReport, HostReport  # noqa: E402
 
 

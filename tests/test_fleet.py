@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bot.runner.fleet import baseline_drift, baseline_of, fleet_diff, fleet_facts
+from bot.runner.fleet_diff import baseline_drift, baseline_of, fleet_diff, fleet_facts
 from bot.runner.report import CheckResult, DiagnosisReport, HostReport
 
 

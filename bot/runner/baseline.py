@@ -1,6 +1,6 @@
 """Known-good facts of a host group (`vllm-doctor diagnose GROUP --save-baseline`), kept beside the audit log.
 
-A later run of the same target is compared with the newest baseline (bot/runner/fleet.py:baseline_drift):
+A later run of the same target is compared with the newest baseline (bot/runner/fleet_diff.py:baseline_drift):
 "gpu07: driver changed since the baseline: 550.54.15 → 535.104.05" is shown before anything else.
 One row per save; the newest wins, older ones stay as history. Facts hold versions, GPU model/count,
 /dev/shm and a few environment variables (already redacted by the runner), never command output.
