@@ -1,5 +1,7 @@
-"""Core-engine benchmark: warm KB-only diagnosis latency at 1 KB / 100 KB / 10 MB, 10 MB distillation,
-and cold `vllm-doctor explain` on a 100 KB log (a fresh process: imports + model load + index load).
+"""Core-engine benchmark: warm KB-only diagnosis latency at 1 KB / 100 KB / 10 MB, 10 MB distillation and
+fact reading, and cold `vllm-doctor explain` on a 100 KB log (a fresh process: imports + model load + index
+load), also as a ratio to importing torch + loading the embedding model in a fresh process of the same run
+(so a busy or slow machine does not move the number).
 
     .venv/bin/python bench/bench_engine.py [--runs N] [--cold-runs N]
 
@@ -41,6 +43,7 @@ def main() -> int:
     args = ap.parse_args()
 
     from bot.distill import decode_input, distill
+    from bot.facts import read_facts
     from bot.pipeline import Doctor
     from bot.settings import Settings
 
@@ -74,16 +77,31 @@ def main() -> int:
         distill(*decode_input(log.encode(), 64 << 20))
         times.append(time.perf_counter() - t)
     rows.append(("distill 10 MB", statistics.median(times), pct(times, 0.95), "s"))
+    times = []
+    for _ in range(5):
+        t = time.perf_counter()
+        text, notes = decode_input(log.encode(), 64 << 20)
+        distill(text, notes)
+        read_facts(text)
+        times.append(time.perf_counter() - t)
+    rows.append(("distill + facts 10 MB", statistics.median(times), pct(times, 0.95), "s"))
 
     with tempfile.NamedTemporaryFile("w", suffix=".log", delete=False) as f:
         f.write(make_log(100_000, noise, error))
-    cold = []
-    exe = REPO / ".venv/bin/vllm-doctor"
+    cold, base = [], []
+    load_model = "from indexer.encoder import SentenceTransformerEncoder as E; E(None).encode(['x'])"
     for _ in range(args.cold_runs):
         t = time.perf_counter()
-        subprocess.run([str(exe), "explain", "--no-llm", "--json", f.name], check=True, capture_output=True)
+        subprocess.run([sys.executable, "-m", "bot.cli", "explain", "--no-llm", "--json", f.name], check=True,
+                       capture_output=True, cwd=REPO)
         cold.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        subprocess.run([sys.executable, "-c", load_model], check=True, capture_output=True, cwd=REPO)
+        base.append(time.perf_counter() - t)
     rows.append(("cold `vllm-doctor explain` 100 KB", statistics.median(cold), max(cold), "s"))
+    rows.append(("fresh process: import torch + load MiniLM", statistics.median(base), max(base), "s"))
+    ratios = [c / b for c, b in zip(cold, base, strict=True)]
+    rows.append(("cold explain / (torch + MiniLM)", statistics.median(ratios), max(ratios), "ratio"))
 
     print("| measurement | p50 | p95 / max | unit |\n|---|---|---|---|")
     for name, p50, p95, unit in rows:

@@ -12,9 +12,8 @@ from bisect import bisect_right
 from collections import deque
 from itertools import accumulate, islice
 
-from bot.errors import BinaryInput, EmptyInput, InputTooLarge
-from bot.models import Distilled, LogLine
-from bot.redact import redact
+from bot.models import Distilled, LogLevel, LogLine
+from bot.paste import Paste, decode_input, redacted  # noqa: F401 - decode_input: the entry, re-exported
 from indexer.text import BOILERPLATE_RE, clean_line, mask, strip_ansi
 
 MAX_EVIDENCE = 40
@@ -55,47 +54,23 @@ _ERROR_WORD = re.compile(r"(?i)\b(?:error|errors|failed|failure|fatal|refused|de
 _CJK = re.compile(r"[\u4e00-\u9fff]")
 
 
-def decode_input(data: str | bytes, max_bytes: int) -> tuple[str, tuple[str, ...]]:
-    """Bytes or text → text, refusing empty, binary and oversized input with a specific message."""
-    size = len(data.encode("utf-8", "surrogatepass")) if isinstance(data, str) and len(data) > max_bytes // 4 else len(data)
-    if size > max_bytes:
-        raise InputTooLarge(
-            f"The log is {size / 1e6:.1f} MB; the limit is {max_bytes / 1e6:.0f} MB. "
-            "Paste the last part of the log: the error is usually at the end."
-        )
-    notes: list[str] = []
-    if isinstance(data, bytes):
-        head = data[:8192]
-        if b"\x00" in head or (head and sum(b < 9 or 13 < b < 32 for b in head) / len(head) > 0.1):
-            raise BinaryInput(
-                "This looks like a binary file, not a text log. Paste the text of the error output "
-                "(or attach the .log/.txt file)."
-            )
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError:
-            try:
-                text = data.decode("gb18030")
-                notes.append("decoded as GB18030 (not UTF-8)")
-            except UnicodeDecodeError:
-                text = data.decode("utf-8", errors="replace")
-                notes.append("invalid UTF-8 bytes were replaced with U+FFFD")
-    else:
-        text = data
-        if "\x00" in text[:8192]:
-            raise BinaryInput("This looks like binary data, not a text log. Paste the text of the error output.")
-    if text.startswith("\ufeff"):
-        text = text[1:]
-    if not text.strip():
-        raise EmptyInput("The log is empty. Paste the error output of vLLM (the last 50-100 lines are usually enough).")
-    return text, tuple(notes)
-
-
-def _is_info(raw: str, stripped: str) -> bool:
-    """True when the prefix that clean_line removed names the INFO or DEBUG level."""
+def _level(raw: str, stripped: str) -> LogLevel:
+    """The logger level named by the prefix that clean_line removed ("" when there is none)."""
     i = raw.find(stripped[:40])
     prefix = raw[:i] if i > 0 else ""
-    return "INFO" in prefix or "DEBUG" in prefix
+    if stripped.startswith("NCCL INFO") or "] NCCL INFO " in raw[:120]:  # NCCL_DEBUG=INFO chatter
+        return "info"
+    if not prefix:
+        return ""
+    if "INFO" in prefix:
+        return "info"
+    if "DEBUG" in prefix:
+        return "debug"
+    if "WARN" in prefix:
+        return "warning"
+    if "ERROR" in prefix or "CRITICAL" in prefix:
+        return "error"
+    return ""
 
 
 def _is_frame_or_code(cleaned: str) -> bool:
@@ -128,8 +103,11 @@ def extra_keywords(literals: list[str]) -> tuple[str, ...]:
     return tuple(out)
 
 
-def distill(text: str, notes: tuple[str, ...] = (), keywords: tuple[str, ...] = ()) -> Distilled:
-    """Distil a decoded paste. Linear in its size. `keywords` extends the pre-filter (see extra_keywords)."""
+def distill(paste: Paste | str, notes: tuple[str, ...] = (), keywords: tuple[str, ...] = ()) -> Distilled:
+    """Distil a decoded paste. Linear in its size. `keywords` extends the pre-filter (see extra_keywords).
+    Plain text is redacted first (bot.paste.redacted), so nothing distilled ever holds a secret."""
+    paste = redacted(paste)
+    text, notes = paste.text, (*paste.notes, *notes)
     total_bytes = len(text)
     if "\x1b" in text:
         text = strip_ansi(text)
@@ -148,6 +126,7 @@ def distill(text: str, notes: tuple[str, ...] = (), keywords: tuple[str, ...] = 
     candidates: deque[LogLine] = deque(maxlen=MAX_CANDIDATES)
     head_candidates: list[LogLine] = []  # the first lines are kept too: the root error is often early
     dangling_frames: list[LogLine] = []
+    truncated = False
     next_free = 0  # lines before this index were consumed by a traceback walk
 
     seen_raw: set[str] = set()
@@ -175,6 +154,7 @@ def distill(text: str, notes: tuple[str, ...] = (), keywords: tuple[str, ...] = 
             exc, frames, next_free = _walk_traceback(lines, idx + 1)
             if exc is None:
                 dangling_frames = frames
+                truncated = next_free >= len(lines)  # not just a traceback longer than the walk limit
                 continue
             key = mask(exc.text)
             if key not in seen:
@@ -187,20 +167,21 @@ def distill(text: str, notes: tuple[str, ...] = (), keywords: tuple[str, ...] = 
         if key in seen or _CHAINED.match(stripped):
             continue
         seen.add(key)
+        level = _level(raw, stripped)
         if BOILERPLATE_RE.search(stripped):  # visible to signatures, but not evidence or query
-            _keep(candidates, head_candidates, LogLine(idx + 1, stripped, "context"))
+            _keep(candidates, head_candidates, LogLine(idx + 1, stripped, "context", level))
             continue
-        if _is_info(raw, stripped):
+        if level in ("info", "debug"):
             # INFO/DEBUG lines are never the error, even when they mention memory or CUDA; they are
             # kept for signatures (metrics lines) and as a last resort for context.
-            line = LogLine(idx + 1, stripped, "context")
+            line = LogLine(idx + 1, stripped, "context", level)
             info_context.append(line)
             _keep(candidates, head_candidates, line)
             continue
         is_root = bool(
             _ROOT_MARKERS.search(stripped) or _EXCEPTION_LINE.match(stripped) or _ERROR_WORD.search(stripped)
         ) or bool(_LEVEL_ERROR.match(raw.lstrip()) and not _is_frame_or_code(cleaned))
-        line = LogLine(idx + 1, stripped, "root" if is_root else "context")
+        line = LogLine(idx + 1, stripped, "root" if is_root else "context", level)
         (roots if is_root else context).append(line)
         _keep(candidates, head_candidates, line)
 
@@ -212,8 +193,7 @@ def distill(text: str, notes: tuple[str, ...] = (), keywords: tuple[str, ...] = 
     evidence = _select_evidence(roots, frames_for_root, context or info_context[-10:], lines)
     by_line = {c.line_no: c for c in (*head_candidates, *candidates)}
     cleaned_all = tuple(sorted(by_line.values(), key=lambda c: c.line_no)) or evidence
-    root_errors = tuple(_redact_line(r) for r in _limit_roots(roots))
-    evidence = tuple(_redact_line(e) for e in evidence)
+    root_errors = tuple(_limit_roots(roots))
     return Distilled(
         evidence=evidence,
         root_errors=root_errors,
@@ -223,6 +203,7 @@ def distill(text: str, notes: tuple[str, ...] = (), keywords: tuple[str, ...] = 
         language="zh" if cjk >= 6 else "en",
         notes=notes,
         cleaned=cleaned_all,
+        truncated=truncated or _ends_in_frames(lines),
     )
 
 
@@ -244,6 +225,23 @@ def _walk_traceback(lines: list[str], start: int) -> tuple[LogLine | None, list[
             continue
         return LogLine(idx + 1, cleaned.strip(), "root"), list(frames), idx + 1
     return None, list(frames), idx
+
+
+_FRAME_ANYWHERE = re.compile(r'File "[^"]+", line \d+, in ')
+
+
+def _ends_in_frames(lines: list[str]) -> bool:
+    """True when the paste's last line is a traceback frame (or the code line under one): it was cut
+    before the exception line, e.g. only the top of a traceback was copied."""
+    tail = [ln for ln in lines[-50:] if ln.strip()][-2:]
+    if not tail:
+        return False
+    last = clean_line(tail[-1]).strip()
+    if _FRAME_ANYWHERE.search(last):
+        return True
+    if len(tail) == 2 and _FRAME_ANYWHERE.search(clean_line(tail[0])):  # the code line under the last frame
+        return not (_EXCEPTION_LINE.match(last) or _ROOT_MARKERS.search(last))
+    return False
 
 
 def _keep(candidates: deque[LogLine], head: list[LogLine], line: LogLine) -> None:
@@ -284,11 +282,6 @@ def _select_evidence(
             if text:
                 chosen[line_no] = LogLine(line_no, text, "context")
     return tuple(sorted(chosen.values(), key=lambda c: c.line_no)[:MAX_EVIDENCE])
-
-
-def _redact_line(line: LogLine) -> LogLine:
-    red = redact(line.text)
-    return line if red == line.text else LogLine(line.line_no, red, line.kind)
 
 
 def _build_query(roots: tuple[LogLine, ...], evidence: tuple[LogLine, ...]) -> str:

@@ -175,7 +175,34 @@ def run_eval(args: argparse.Namespace, doctor: Any) -> int:
                 print(f"\n{r.variant} hybrid misses:", file=sys.stderr)
                 for miss in r.misses:
                     print("  " + miss, file=sys.stderr)
+    _score_question_set(args, path, doctor)
     return _check_floors(args, results)
+
+
+def _score_question_set(args: argparse.Namespace, labelled: Path, doctor: Any) -> None:
+    """Hook: the question set (bot/question_eval.py) beside the logs, unless --no-questions."""
+    if getattr(args, "no_questions", False):
+        return
+    given = getattr(args, "questions", None)
+    path = Path(given) if given else labelled.parent / "questions.jsonl"
+    if not path.is_file():
+        if given:
+            raise UserInputError(f"no such file: {path}")
+        return
+    from bot.question_eval import format_question_table, load_questions, score_questions
+
+    scores = score_questions(doctor, load_questions(path))
+    if args.json:
+        print(json.dumps([s.row() for s in scores], indent=2))
+    else:
+        print(f"\nQuestions without a log ({path.name}):")
+        print(format_question_table(scores))
+    if args.errors:
+        for s in scores:
+            if s.group == "all" and s.split == "all" and s.misses:
+                print("\nquestion misses:", file=sys.stderr)
+                for miss in s.misses:
+                    print("  " + miss, file=sys.stderr)
 
 
 def _check_floors(args: argparse.Namespace, results: list[Result]) -> int:

@@ -36,6 +36,7 @@ from bot.explain_answer import (
     AnswerRejected,
     Confidence,
     PreviewScanner,
+    answer_in_language,
     answer_schema,
     parse_answer,
 )
@@ -48,8 +49,10 @@ from bot.explain_prompt import (
     estimate_tokens,
     fit_prompt,
 )
+from bot.i18n import case_cause, case_summary, step_text, t
 from bot.llm import ChatResult, LLMClient, ServerInfo
 from bot.models import Diagnosis
+from bot.ops import metrics
 from bot.resilience import AnswerCache, CircuitBreaker
 
 if TYPE_CHECKING:
@@ -153,8 +156,8 @@ def resolve_language(diagnosis: Diagnosis, requested: str | None, setting: str =
     return "zh" if diagnosis.distilled.language == "zh" else "en"
 
 
-def _step_text(step: Any) -> str:
-    text = " ".join(str(step.text).split())
+def _step_text(step: Any, lang: Language) -> str:
+    text = step_text(step, lang)
     return f"{text} `{step.command}`" if getattr(step, "command", None) else text
 
 
@@ -172,12 +175,11 @@ def kb_only_explanation(
     if best is None or diagnosis.verdict == "unknown":
         summary, steps = _NO_MATCH[lang]
         return Explanation("none", summary, "", list(steps), "low", lang, "kb", note)
-    summary = best.title_zh if lang == "zh" else best.title
     return Explanation(
         case_id=best.id,
-        summary=summary,
-        why=" ".join(best.cause.split()),
-        fix_steps=[_step_text(s) for s in best.fix],
+        summary=case_summary(best, lang),
+        why=case_cause(best, lang),
+        fix_steps=[_step_text(s, lang) for s in best.fix],
         confidence=_VERDICT_CONFIDENCE.get(diagnosis.verdict, "low"),
         language=lang,
         source="kb",
@@ -222,6 +224,15 @@ class Explainer:
                 f"VLLM_BASE_URL must be an http(s) URL such as http://127.0.0.1:8000/v1, got {url!r}"
             )
         client = LLMClient(url, api_key=settings.vllm_api_key, model=settings.vllm_model)
+        breaker: Any = CircuitBreaker(settings.llm_breaker_failures, settings.llm_breaker_cooldown_s)
+        cache: Any = AnswerCache(settings.llm_cache_size)
+        if settings.database_url:  # replicas: one breaker and one cache for all of them
+            from bot.resilience_shared import SharedAnswerCache, SharedCircuitBreaker
+            from bot.storage import open_database
+
+            shared = open_database(settings.database_url)
+            breaker = SharedCircuitBreaker(shared, settings.llm_breaker_failures, settings.llm_breaker_cooldown_s)
+            cache = SharedAnswerCache(shared, settings.llm_cache_size)
         return cls(
             client,
             timeout_s=settings.llm_timeout_s,
@@ -229,8 +240,8 @@ class Explainer:
             language=settings.llm_language,
             max_answer_tokens=settings.llm_max_answer_tokens,
             structured=settings.llm_structured_outputs,
-            breaker=CircuitBreaker(settings.llm_breaker_failures, settings.llm_breaker_cooldown_s),
-            cache=AnswerCache(settings.llm_cache_size),
+            breaker=breaker,
+            cache=cache,
         )
 
     # -- public API --------------------------------------------------------------------------------
@@ -281,19 +292,29 @@ class Explainer:
             return (time.monotonic() - started) * 1000
 
         def fallback(note: str) -> Explanation:
+            metrics.LLM_CALLS.labels(outcome="fallback").inc()
             return _with_timings(kb_only_explanation(diagnosis, cases, lang, note), total_ms=ms())
 
         def cached(info: ServerInfo | None) -> Explanation | None:
             return self.cache.get(self._cache_key(draft, info)) if info is not None else None
 
-        if not self.breaker.allow():
+        allowed = self.breaker.allow()
+        metrics.LLM_BREAKER_OPEN.set(0 if allowed and self.breaker.state == "closed" else 1)
+        if not allowed:
             hit = cached(self.client.cached_info)
             if hit is not None:
+                metrics.LLM_CALLS.labels(outcome="cached").inc()
                 yield from _replay(hit, streaming, total_ms=ms())
                 return
+            metrics.LLM_CALLS.labels(outcome="skipped").inc()
             yield fallback(
-                f"LLM skipped after {self.breaker.threshold} failures in a row (last: {self.breaker.last_reason}); "
-                f"next try in {self.breaker.retry_in_s():.0f} s. Answer from the knowledge base."
+                t(
+                    "note.breaker",
+                    lang,
+                    n=self.breaker.threshold,
+                    reason=self.breaker.last_reason,
+                    retry=self.breaker.retry_in_s(),
+                )
             )
             return
 
@@ -305,6 +326,7 @@ class Explainer:
             if hit is not None:
                 self.breaker.success()
                 settled = True
+                metrics.LLM_CALLS.labels(outcome="cached").inc()
                 yield from _replay(hit, streaming, total_ms=ms())
                 return
             prompt = fit_prompt(draft, self.client, info, deadline, self.max_answer_tokens)
@@ -327,11 +349,11 @@ class Explainer:
             if exc.kind in _BREAKER_KINDS:
                 self.breaker.failure(str(exc))
                 settled = True
-            yield fallback(f"LLM unavailable ({exc}); answer from the knowledge base.")
+            yield fallback(t("note.unavailable", lang, reason=exc))
             return
         except Exception:  # a bug here must not cost the user the KB answer
             log.exception("explanation failed")
-            yield fallback("LLM step failed with an internal error (logged); answer from the knowledge base.")
+            yield fallback(t("note.internal", lang))
             return
         finally:
             if not settled:
@@ -343,8 +365,10 @@ class Explainer:
             if result.finish_reason == "length":
                 raise AnswerRejected(f"the LLM's answer was cut off at {prompt.max_tokens} tokens")
             fields = parse_answer(result.text, prompt.allowed_ids)
+            if lang == "zh" and not answer_in_language(fields, lang):
+                raise AnswerRejected(t("note.wrong_language", lang))
         except AnswerRejected as exc:
-            yield fallback(f"LLM answer discarded: {exc}; answer from the knowledge base.")
+            yield fallback(t("note.discarded", lang, reason=exc))
             return
         timings["validate_ms"] = (time.monotonic() - validate_started) * 1000
         timings["total_ms"] = ms()
@@ -352,6 +376,7 @@ class Explainer:
             **fields, language=lang, source="llm", note=None, model=info.model, timings=timings
         )
         self.cache.put(self._cache_key(draft, info), explanation)
+        metrics.LLM_CALLS.labels(outcome="ok").inc()
         yield explanation
 
     def _call(

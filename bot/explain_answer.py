@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from bot.i18n import is_language
+
 Confidence = Literal["low", "medium", "high"]
 CONFIDENCES: tuple[str, ...] = ("low", "medium", "high")
 
@@ -123,6 +125,12 @@ def parse_answer(text: str, allowed_ids: Sequence[str]) -> dict[str, Any]:
         "fix_steps": steps,
         "confidence": confidence if confidence in CONFIDENCES else "low",
     }
+
+
+def answer_in_language(fields: dict[str, Any], lang: str) -> bool:
+    """Whether the validated answer's prose is in the asker's language (code spans are not counted)."""
+    prose = " ".join([fields["summary"], fields["why"], *fields["fix_steps"]])
+    return is_language(prose, "zh" if lang == "zh" else "en")
 
 
 # --- streaming preview ------------------------------------------------------------------------------

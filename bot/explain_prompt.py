@@ -172,6 +172,7 @@ def render_messages(
         cases=items,
         host_facts=facts,
         language_name=language_name,
+        lang=draft.lang,
     )
     return [{"role": "system", "content": system.strip()}, {"role": "user", "content": user.strip()}]
 

@@ -13,13 +13,18 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Literal, Protocol
 
-from bot.models import Distilled, Evidence, LogLine, Match, Verdict
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+from bot.models import Distilled, Evidence, LogFacts, LogLine, Match, Verdict
 from indexer.text import mask
 from kb.loader import KnowledgeBase
-from kb.schema import Case
+from kb.rules import FACTS, FactValue, Node, evaluate, fact_names
+from kb.rules import explain as explain_rule
+from kb.schema import Case, FactRule
 
 Mode = Literal["hybrid", "bm25", "dense"]
 Fusion = Literal["weighted", "rrf"]
@@ -39,6 +44,15 @@ MIN_SCORE = 0.10
 # so no caller can move a ranking by more than this (docs/kb-growth.md).
 MAX_PRIOR = 0.03
 
+TRUNCATED_NOTE = (
+    "the paste ends inside a traceback: its final error line is missing, so this is the best guess from the "
+    "frames and facts above it (paste the lines that follow to be sure)"
+)
+# Facts that name a package's version, for `fixed_in` / `affects` (other packages are not read from logs).
+_VERSION_FACTS = {"vllm": "vllm_version", "torch": "torch_version", "cuda": "cuda_version"}
+
+_EXCEPTION_TEXT = re.compile(r"(?:^|[^A-Za-z0-9_.])(?:[A-Za-z_]\w*\.)*[A-Z][A-Za-z0-9_]*(?:Error|Exception): \S")
+_FRAME_TEXT = re.compile(r'File "[^"]+", line \d+')
 _WORD = re.compile(r"[a-z][a-z0-9_]{2,}")
 _STOP = frozenset(
     "the and for with that this from are was not you your has have but use when num path hex uuid into "
@@ -83,11 +97,64 @@ class MatchParams:
     bm25_weight: float = 0.3
     signature_root: float = 0.80  # base score of a signature hit on a root-error line
     signature_other: float = 0.72  # ... on any other line
-    signature_secondary: float = 0.55  # ... of a symptom/advisory case
+    signature_info: float = 0.70  # ... only on INFO/WARNING lines (weighs less than a root error)
+    signature_symptom: float = 0.55  # ... of a symptom case (engine dead, worker died)
     retrieval_scale: float = 0.75  # retrieval-only score multiplier
+    fact_rule: float = 0.85  # score of a case whose fact rule the log proves (kb/rules.py)
+    fixed_version_penalty: float = 0.15  # the log shows a version where the case is already fixed
+    secondary_gap: float = 0.01  # how far a demoted symptom/advisory sits below the cause it yields to
 
     def thresholds(self) -> Thresholds:
         return Thresholds(self.match_threshold, self.uncertain_threshold)
+
+
+@dataclass(frozen=True)
+class Ranking:
+    """What the matcher found: the ranked answer, advisories noticed on the side, notes for the reader."""
+
+    verdict: Verdict
+    matches: tuple[Match, ...]
+    also_noticed: tuple[Match, ...] = ()
+    notes: tuple[str, ...] = ()
+
+
+@dataclass
+class _Entry:
+    """A candidate while it is being ranked (mutable: demotion rules adjust its score)."""
+
+    case: Case
+    score: float
+    strong: bool  # a cause's signature or a proven fact rule: ranked above everything else
+    signature: bool
+    unexplained: bool  # a root error its signatures do not hit (an advisory: or a cause fingerprint is present)
+    parts: dict[str, float]
+    notes: list[str] = field(default_factory=list)
+
+
+def facts_mapping(facts: LogFacts | None) -> dict[str, FactValue | None]:
+    """LogFacts → the names a rule may use (kb.rules.FACTS)."""
+    if facts is None:
+        return {}
+    values: dict[str, FactValue | None] = {f.name: getattr(facts, f.name) for f in fields(facts) if f.name in FACTS}
+    return values
+
+
+def _shown_version(facts: LogFacts, package: str) -> str | None:
+    name = _VERSION_FACTS.get(package.lower())
+    value = getattr(facts, name) if name else None
+    return value if isinstance(value, str) else None
+
+
+def _earlier_root(distilled: Distilled, hits: list[SignatureHit]) -> LogLine | None:
+    """The first root error before a symptom's own line: the cause the symptom points to."""
+    hit_lines = {h.line.line_no for h in hits}
+    first_hit = min(hit_lines, default=distilled.total_lines + 1)
+    for root in distilled.root_errors:
+        if root.line_no >= first_hit:
+            break
+        if root.line_no not in hit_lines and root.level not in ("info", "debug", "warning"):
+            return root
+    return None
 
 
 @dataclass(frozen=True)
@@ -171,6 +238,9 @@ class Matcher:
         self.thresholds = thresholds or self.params.thresholds()
         self.fusion: Fusion = fusion
         self.scanner = SignatureScanner(kb.cases)
+        self._rules: dict[str, list[tuple[FactRule, Node]]] = {
+            c.id: [(r, r.ast()) for r in c.rules] for c in kb.cases if c.rules
+        }
         self._case_words = {c.id: _words(c.search_text() + " " + " ".join(e.log for e in c.examples)) for c in kb.cases}
 
     # -- scoring -----------------------------------------------------------------------------------
@@ -202,62 +272,214 @@ class Matcher:
             )
         return out
 
-    def match(self, distilled: Distilled, mode: Mode = "hybrid") -> tuple[Verdict, tuple[Match, ...]]:
+    def match(
+        self, distilled: Distilled, mode: Mode = "hybrid", facts: LogFacts | None = None
+    ) -> tuple[Verdict, tuple[Match, ...]]:
+        ranking = self.rank(distilled, mode, facts)
+        return ranking.verdict, ranking.matches
+
+    def rank(self, distilled: Distilled, mode: Mode = "hybrid", facts: LogFacts | None = None) -> Ranking:
+        """Ranked cases, the advisories noticed on the side, and notes (truncated paste, versions)."""
+        p = self.params
         sig_hits = self.scanner.scan(distilled.cleaned or distilled.evidence) if mode == "hybrid" else {}
         retrieval = self._retrieval_scores(distilled.query, mode)
         root_lines = {r.line_no for r in distilled.root_errors}
+        # Root errors in the strict sense: warnings that merely mention "error" explain no crash.
+        crash_lines = {r.line_no for r in distilled.root_errors if r.level not in ("info", "debug", "warning")}
+        # What an advisory cannot explain: those, any exception named mid-line ("…报错ValueError: …"), and a
+        # traceback the paste was cut inside.
+        crashed = crash_lines | {
+            ln.line_no
+            for ln in (distilled.cleaned or distilled.evidence)
+            if ln.level not in ("info", "debug") and _EXCEPTION_TEXT.search(ln.text)
+        }
+        if distilled.truncated:
+            crashed.add(0)
+        fact_values = facts_mapping(facts)
+        proven = self._proven_rules(fact_values) if mode == "hybrid" else {}
 
-        scored: list[tuple[float, int, str, dict[str, float]]] = []
-        for case_id in set(sig_hits) | set(retrieval):
+        # A cause whose fingerprint (or fact rule) is in the paste explains it: advisories yield to it.
+        cause_evident = any(
+            (case_id in sig_hits or case_id in proven) and self.cases[case_id].role == "cause"
+            for case_id in (*sig_hits, *proven)
+            if case_id in self.cases
+        )
+        entries: list[_Entry] = []
+        for case_id in set(sig_hits) | set(retrieval) | set(proven):
             case = self.cases.get(case_id)
             if case is None:
                 continue
             r, parts = retrieval.get(case_id, (0.0, {}))
             parts = dict(parts)
             hits = sig_hits.get(case_id, [])
+            hit_lines = {h.line.line_no for h in hits}
+            unexplained = bool(crash_lines - hit_lines) or (
+                case.role == "advisory" and (cause_evident or bool(crashed - hit_lines))
+            )
             if hits:
-                on_root = any(h.line.line_no in root_lines for h in hits)
-                p = self.params
-                base = p.signature_secondary if case.secondary else p.signature_root if on_root else p.signature_other
+                if case.role == "symptom":
+                    base = p.signature_symptom
+                elif any(h.line.line_no in root_lines and h.line.level != "warning" for h in hits):
+                    base = p.signature_root
+                elif all(h.line.level in ("info", "debug", "warning") for h in hits):
+                    base = p.signature_info
+                else:
+                    base = p.signature_other
                 score = base + 0.2 * r
-                tier = 1 if case.secondary else 2
                 parts["signature"] = 1.0
             else:
-                score = self.params.retrieval_scale * r
-                tier = 0
+                score = p.retrieval_scale * r
+            if case_id in proven:
+                score = max(score, p.fact_rule + 0.1 * r)
+                parts["fact_rule"] = 1.0
+            # A signature (or proven rule) of a cause is the strongest evidence; an advisory counts as
+            # one only when nothing else in the paste crashed.
+            strong = bool(hits or case_id in proven) and (
+                case.role == "cause" or (case.role == "advisory" and (not unexplained or case_id in proven))
+            )
+            notes: list[str] = []
+            penalty, version_note = self._version_check(case, facts)
+            if version_note:
+                notes.append(version_note)
+            if penalty:
+                score = max(0.0, score - p.fixed_version_penalty)
+                parts["fixed_version"] = -p.fixed_version_penalty
             prior = self._prior(case_id)
             if prior:
                 score = max(0.0, score + prior)
                 parts["prior"] = round(prior, 4)
             parts["score"] = round(score, 4)
-            scored.append((score, tier, case_id, parts))
+            entries.append(_Entry(case, score, strong, bool(hits), unexplained, parts, notes))
 
-        # Root-cause signature hits first; secondary hits and retrieval-only cases compete on score.
-        scored.sort(key=lambda s: (s[1] == 2, s[0]), reverse=True)
-        scored = [s for s in scored if s[0] >= MIN_SCORE]  # near-zero candidates are noise, not "nearest cases"
-        matches = []
-        for score, _tier, case_id, parts in scored[:TOP_K]:
-            case = self.cases[case_id]
-            matches.append(
-                Match(
-                    case_id=case_id,
-                    title=case.title,
-                    title_zh=case.title_zh,
-                    area=case.area,
-                    score=round(min(score, 1.0), 3),
-                    signature_hit=case_id in sig_hits,
-                    evidence=self._evidence(case_id, sig_hits.get(case_id, []), distilled),
-                    scores=parts,
-                )
-            )
-        if len(matches) >= 2 and not matches[0].signature_hit:
+        # An advisory whose signature fired on a paste that crashed for another reason is noticed, not an answer.
+        noticed = [e for e in entries if e.case.role == "advisory" and e.signature and e.unexplained and not e.strong]
+        entries = [e for e in entries if e not in noticed]
+        self._demote_secondary(entries)
+        entries.sort(key=lambda e: (e.strong, e.score), reverse=True)
+        entries = [e for e in entries if e.score >= MIN_SCORE]  # near-zero candidates are noise
+
+        matches = [self._to_match(e, sig_hits, distilled, facts, proven) for e in entries[:TOP_K]]
+        if len(matches) >= 2 and not matches[0].signature_hit and "fact_rule" not in matches[0].scores:
             # Retrieval alone is only trusted when it clearly separates the best case from the next one;
             # two close candidates mean "uncertain", never a confident answer.
-            if matches[0].score - matches[1].score < self.params.retrieval_margin:
+            if matches[0].score - matches[1].score < p.retrieval_margin:
                 capped = min(matches[0].score, round(self.thresholds.match - 0.01, 3))
                 matches[0] = replace(matches[0], score=capped)
+        notes: list[str] = []
+        if distilled.truncated and matches:
+            notes.append(TRUNCATED_NOTE)
+            top = matches[0]
+            # A fingerprint on a message line (not a frame of the cut traceback) still stands on its own.
+            complete = "fact_rule" in top.scores or any(
+                h.line.kind != "frame" and not _FRAME_TEXT.search(h.line.text) for h in sig_hits.get(top.case_id, [])
+            )
+            if not complete:  # frames alone never make a confident answer
+                matches[0] = replace(top, score=min(top.score, round(self.thresholds.match - 0.01, 3)))
         verdict = self.thresholds.verdict(matches[0].score) if matches else "unknown"
-        return verdict, tuple(matches)
+        also = tuple(
+            self._to_match(e, sig_hits, distilled, facts, proven)
+            for e in sorted(noticed, key=lambda e: -e.score)[:3]
+        )
+        return Ranking(verdict, tuple(matches), also, tuple(notes))
+
+    def _demote_secondary(self, entries: list[_Entry]) -> None:
+        """A symptom never outranks a cause with evidence; an advisory never tops a paste that crashed."""
+        p = self.params
+        evidenced = [e.score for e in entries if e.case.role == "cause" and (e.strong or e.score >= p.uncertain_threshold)]
+        non_advisory = [e.score for e in entries if e.case.role != "advisory"]
+        for e in entries:
+            if e.case.role == "symptom" and evidenced:
+                e.score = max(0.0, min(e.score, max(evidenced) - p.secondary_gap))
+                e.parts["score"] = round(e.score, 4)
+            elif e.case.role == "advisory" and e.unexplained and not e.strong:
+                cap = self.thresholds.match - 0.01
+                if non_advisory:
+                    cap = min(cap, max(non_advisory) - p.secondary_gap)
+                e.score = max(0.0, min(e.score, cap))
+                e.parts["score"] = round(e.score, 4)
+
+    def _proven_rules(self, facts: Mapping[str, FactValue | None]) -> dict[str, list[tuple[FactRule, str]]]:
+        if not any(v is not None for v in facts.values()):
+            return {}
+        out: dict[str, list[tuple[FactRule, str]]] = {}
+        for case_id, rules in self._rules.items():
+            for rule, ast in rules:
+                if evaluate(ast, facts):
+                    out.setdefault(case_id, []).append((rule, explain_rule(ast, facts)))
+        return out
+
+    def _version_check(self, case: Case, facts: LogFacts | None) -> tuple[bool, str | None]:
+        """(already fixed in the version the log shows, note for the answer)."""
+        if facts is None:
+            return False, None
+        for package, fixed in case.fixed_in.items():
+            shown = _shown_version(facts, package)
+            if shown is None:
+                continue
+            try:
+                is_fixed = Version(shown) >= Version(fixed)
+            except InvalidVersion:
+                continue
+            if is_fixed:
+                return True, f"fixed in {package} {fixed}; this log shows {shown}, which already has the fix"
+            return False, f"fixed in {package} {fixed}; this log shows {shown} — upgrading is the fix"
+        for package, spec in case.affects.items():
+            shown = _shown_version(facts, package)
+            if shown is None:
+                continue
+            try:
+                inside = SpecifierSet(spec).contains(Version(shown), prereleases=True)
+            except (InvalidVersion, InvalidSpecifier):
+                continue
+            if not inside:
+                return True, f"known in {package} {spec}; this log shows {shown}, outside that range"
+        return False, None
+
+    def _to_match(
+        self,
+        e: _Entry,
+        sig_hits: dict[str, list[SignatureHit]],
+        distilled: Distilled,
+        facts: LogFacts | None,
+        proven: dict[str, list[tuple[FactRule, str]]],
+    ) -> Match:
+        case = e.case
+        evidence = self._evidence(case.id, sig_hits.get(case.id, []), distilled)
+        notes = list(e.notes)
+        if case.id in proven:
+            evidence = self._rule_evidence(proven[case.id], facts) + evidence
+        if case.role == "symptom":
+            earlier = _earlier_root(distilled, sig_hits.get(case.id, []))
+            if earlier is not None:
+                evidence = (Evidence(earlier.line_no, earlier.text, "earlier root error: diagnose this line"),) + evidence
+                notes.append(f"this is a consequence; the earlier error on line {earlier.line_no} is the cause to fix")
+            else:
+                notes.append("this is a consequence; the paste does not show the earlier root error — paste the lines before it")
+        return Match(
+            case_id=case.id,
+            title=case.title,
+            title_zh=case.title_zh,
+            area=case.area,
+            score=round(min(e.score, 1.0), 3),
+            signature_hit=e.signature,
+            evidence=evidence[:4],
+            scores=e.parts,
+            notes=tuple(notes),
+        )
+
+    def _rule_evidence(self, proven: list[tuple[FactRule, str]], facts: LogFacts | None) -> tuple[Evidence, ...]:
+        sources = facts.sources if facts is not None else {}
+        quotes = facts.quotes if facts is not None else {}
+        out: list[Evidence] = []
+        for rule, arithmetic in proven[:1]:
+            names = sorted(fact_names(rule.ast()), key=lambda n: sources.get(n, 0))
+            lines = sorted({sources[n] for n in names if n in sources})
+            first = lines[0] if lines else 0
+            out.append(Evidence(first, arithmetic, f"fact rule: {rule.says}"))
+            for line_no in lines[:2]:
+                used = ", ".join(n for n in names if sources.get(n) == line_no)
+                out.append(Evidence(line_no, quotes.get(line_no, ""), f"fact: {used}"))
+        return tuple(out)
 
     def _prior(self, case_id: str) -> float:
         if not self.priors:

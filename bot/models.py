@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 Verdict = Literal["match", "uncertain", "unknown"]
+# Logger level of a line, read from the prefix that cleaning removed ("" = no level prefix).
+LogLevel = Literal["", "debug", "info", "warning", "error"]
 
 
 @dataclass(frozen=True)
@@ -18,6 +20,7 @@ class LogLine:
     line_no: int
     text: str
     kind: Literal["root", "frame", "context"] = "context"
+    level: LogLevel = ""
 
 
 @dataclass(frozen=True)
@@ -32,6 +35,7 @@ class Distilled:
     language: Literal["en", "zh"] = "en"  # language of the human text around the log
     notes: tuple[str, ...] = ()  # e.g. "input truncated to the last 2 MB", "decoded as latin-1"
     cleaned: tuple[LogLine, ...] = ()  # all cleaned, de-duplicated lines (for signature scanning)
+    truncated: bool = False  # the paste ends inside a traceback: its final exception line is missing
 
 
 @dataclass(frozen=True)
@@ -51,6 +55,7 @@ class Match:
     signature_hit: bool
     evidence: tuple[Evidence, ...] = ()
     scores: dict[str, float] = field(default_factory=dict)  # component scores (signature, bm25, dense, fused)
+    notes: tuple[str, ...] = ()  # e.g. "fixed in vllm 0.6.4; this log shows 0.5.3 — upgrading is the fix"
 
 
 @dataclass(frozen=True)
@@ -59,6 +64,12 @@ class Diagnosis:
     matches: tuple[Match, ...]  # best first, at most 5
     distilled: Distilled
     elapsed_ms: float = 0.0
+    # Advisory cases whose signature fired on a paste whose root error they do not explain: shown as
+    # "also noticed", never as the answer.
+    also_noticed: tuple[Match, ...] = ()
+    facts: LogFacts | None = None  # what the log says about the setup (bot/facts.py)
+    notes: tuple[str, ...] = ()  # matcher notes, e.g. "the final error line is missing"
+    kind: Literal["log", "question"] = "log"  # question: short text without a log (bot/question.py)
 
     @property
     def best(self) -> Match | None:
@@ -100,4 +111,12 @@ class LogFacts:
     gpu_blocks: int | None = None
     cpu_blocks: int | None = None
     max_concurrency: float | None = None
+    num_attention_heads: int | None = None
+    kv_cache_tokens: int | None = None  # V1 engine: "GPU KV cache size: 445,888 tokens"
     sources: dict[str, int] = field(default_factory=dict)
+    quotes: dict[int, str] = field(default_factory=dict)  # line number → the cleaned line a fact came from
+
+    def known(self) -> dict[str, str | int | float | bool]:
+        """The facts the log states, in field order (for JSON and the answer)."""
+        skip = ("sources", "quotes")
+        return {k: v for k, v in self.__dict__.items() if k not in skip and v is not None}

@@ -1,6 +1,6 @@
 """The engine, read this first. Both flows start here and data flows one way:
 
-    paste  → decode_input → distill → Matcher.match (signatures + BM25 + dense) → Diagnosis
+    paste  → decode_input (decode, check, redact: bot.paste) → distill → Matcher.match (signatures + BM25 + dense) → Diagnosis
            → Explainer (optional LLM, falls back to the KB case) → reply (CLI / Slack)
 
 `Doctor` owns the loaded KB, the index and the explainer; build it once per process.
@@ -12,13 +12,18 @@ import logging
 import threading
 import time
 from collections.abc import Iterator, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bot.distill import decode_input, distill, extra_keywords
+from bot.distill import distill, extra_keywords
 from bot.errors import IndexUnavailable
+from bot.facts import read_facts
 from bot.match import Matcher, Mode, Thresholds, signature_literals
 from bot.models import Diagnosis
+from bot.ops import metrics
+from bot.paste import Paste, decode_input
+from bot.question import QuestionMatcher, looks_like_question
 from bot.settings import Settings, get_settings
 from kb.loader import DEFAULT_CASES_DIR, KnowledgeBase, case_files, load_kb
 from kb.schema import Case
@@ -34,6 +39,7 @@ class Doctor:
         self.settings = settings
         self.cases_dir = Path(settings.kb_dir) if settings.kb_dir else DEFAULT_CASES_DIR
         self._lock = threading.RLock()
+        self._kb_from_dir = kb is None  # then the index is written for the newest files (see _open_index)
         self._kb = kb or load_kb(self.cases_dir, strict=False)
         for err in self._kb.errors:
             log.error("KB lint error, case skipped: %s", err)
@@ -42,6 +48,7 @@ class Doctor:
         self._index: Any = None
         self._encoder_instance: Any = None
         self._matcher: Matcher | None = None
+        self._question_matcher: QuestionMatcher | None = None
         self._explainer: Explainer | None | bool = False  # False = not resolved yet
         self._priors: Mapping[str, float] | None = None
         self.thresholds = Thresholds(
@@ -91,7 +98,8 @@ class Doctor:
             self._keywords = extra_keywords(signature_literals(kb.cases))
             if self._index is not None:
                 self._index = self._open_index(kb)  # incremental: only changed cases are re-embedded
-                self._matcher = Matcher(kb, self._index, self.thresholds, priors=self._priors)
+                self._matcher = Matcher(self._kb, self._index, self.thresholds, priors=self._priors)
+            self._question_matcher = None
             return True
 
     def _encoder(self) -> Any:
@@ -104,19 +112,37 @@ class Doctor:
             return self._encoder_instance
 
     def _open_index(self, kb: KnowledgeBase, force_rebuild: bool = False) -> Any:
+        """Open the index. The KB is read again under the index's directory lock, so a case another
+        process wrote meanwhile is indexed too (never lost from the saved index); this engine then
+        serves that newest KB."""
         from indexer.encoder import EncoderUnavailable
         from indexer.index import KBIndex
 
+        newest = [kb]
+
+        def reread() -> list[Case]:
+            newest[0] = load_kb(self.cases_dir, strict=False)
+            return list(newest[0].cases)
+
+        started = time.monotonic()
         try:
-            return KBIndex.open(kb, Path(self.settings.index_dir), self._encoder, force_rebuild=force_rebuild)
+            index = KBIndex.open(kb, Path(self.settings.index_dir), self._encoder, force_rebuild=force_rebuild,
+                                 reread=reread if self._kb_from_dir else None)
         except EncoderUnavailable as exc:
             raise IndexUnavailable(str(exc)) from exc
+        metrics.INDEX_BUILD_SECONDS.set(time.monotonic() - started)
+        if newest[0] is not kb and newest[0].content_hash != self._kb.content_hash:
+            self._kb = newest[0]  # the stamp stays: the next request re-reads the files once more
+            self._keywords = extra_keywords(signature_literals(newest[0].cases))
+            self._matcher = None
+        return index
 
     def rebuild_index(self) -> Any:
         """Re-embed every case (`vllm-doctor index --rebuild`)."""
         with self._lock:
             self._index = self._open_index(self._kb, force_rebuild=True)
             self._matcher = None
+            self._question_matcher = None
             return self._index
 
     @property
@@ -130,8 +156,18 @@ class Doctor:
     def matcher(self) -> Matcher:
         with self._lock:
             if self._matcher is None:
-                self._matcher = Matcher(self._kb, self.index, self.thresholds, priors=self._priors)
+                index = self.index  # first: opening it may move this engine to a newer KB
+                self._matcher = Matcher(self._kb, index, self.thresholds, priors=self._priors)
             return self._matcher
+
+    @property
+    def question_matcher(self) -> QuestionMatcher:
+        with self._lock:
+            if self._question_matcher is None:
+                from kb.glossary import default_glossary
+
+                self._question_matcher = QuestionMatcher(self._kb, self.index, default_glossary())
+            return self._question_matcher
 
     def set_priors(self, priors: Mapping[str, float] | None) -> None:
         """Ranking prior per case from user feedback (bot.kbstore.feedback; clamped in bot.match)."""
@@ -140,14 +176,34 @@ class Doctor:
             self._matcher = None
 
     # -- flow 1: paste → diagnosis -----------------------------------------------------------------
-    def diagnose(self, data: str | bytes, mode: Mode = "hybrid") -> Diagnosis:
-        """Raises bot.errors.UserInputError (EmptyInput, BinaryInput, InputTooLarge) for bad input."""
+    def diagnose(self, data: str | bytes | Paste, mode: Mode = "hybrid") -> Diagnosis:
+        """Raises bot.errors.UserInputError (EmptyInput, BinaryInput, InputTooLarge) for bad input.
+        Raw input is decoded and redacted here (bot.paste) before anything else looks at it."""
         started = time.perf_counter()
         self.reload_if_changed()
-        text, notes = decode_input(data, self.settings.max_input_bytes)
-        distilled = distill(text, notes, self._keywords)
-        verdict, matches = self.matcher.match(distilled, mode=mode)
-        return Diagnosis(verdict, matches, distilled, elapsed_ms=(time.perf_counter() - started) * 1000)
+        paste = decode_input(data, self.settings.max_input_bytes)
+        distilled = distill(paste, keywords=self._keywords)
+        if (
+            mode == "hybrid"
+            and looks_like_question(paste.text)
+            and not self.matcher.scanner.scan(distilled.cleaned or distilled.evidence)
+        ):
+            # No log, no exact error string: answer the question (both languages, glossary-expanded).
+            asked = self.question_matcher.match(paste.text)
+            distilled = replace(distilled, language=asked.language)
+            elapsed = (time.perf_counter() - started) * 1000
+            return Diagnosis(asked.verdict, asked.matches, distilled, elapsed_ms=elapsed, kind="question")
+        facts = read_facts(paste.text)
+        ranking = self.matcher.rank(distilled, mode=mode, facts=facts)
+        return Diagnosis(
+            ranking.verdict,
+            ranking.matches,
+            distilled,
+            elapsed_ms=(time.perf_counter() - started) * 1000,
+            also_noticed=ranking.also_noticed,
+            facts=facts,
+            notes=ranking.notes,
+        )
 
     # -- explanation (LLM when configured, KB-only otherwise) ----------------------------------------
     @property

@@ -40,25 +40,29 @@ class _Rule:
 
     def apply(self, text: str, lowered: str) -> tuple[str, int]:
         mark = MARK.format(kind=self.kind)
-        if not self.caseless:
-            if self.keep_head:
-                return self.pattern.subn(lambda m: m.group("head") + mark, text)
-            return self.pattern.subn(mark, text)
-        if len(lowered) != len(text):  # e.g. "İ".lower() is two characters: spans would not line up
+        source, pattern = (lowered, self.pattern) if self.caseless else (text, self.pattern)
+        if self.caseless and len(lowered) != len(text):  # e.g. "İ".lower() is two characters
             assert self.fallback is not None
-            return self.fallback.subn(lambda m: (m.group("head") if self.keep_head else "") + mark, text)
+            source, pattern = text, self.fallback
         pieces: list[str] = []
         last = 0
         count = 0
-        for m in self.pattern.finditer(lowered):
+        for m in pattern.finditer(source):
             cut = m.end("head") if self.keep_head else m.start()
-            pieces += [text[last:cut], mark]
+            # a removed span keeps its line breaks, so line numbers still point into the original paste
+            pieces += [text[last:cut], mark, _line_breaks(text, cut, m.end())]
             last = m.end()
             count += 1
         if not count:
             return text, 0
         pieces.append(text[last:])
         return "".join(pieces), count
+
+
+def _line_breaks(text: str, start: int, end: int) -> str:
+    if "\n" not in text[start:end] and "\r" not in text[start:end]:
+        return ""
+    return "".join(ch for ch in text[start:end] if ch in "\r\n")
 
 
 def _rule(
@@ -77,7 +81,9 @@ def _word_start(literal: str) -> str:
 # A value that is not a placeholder: not a mark we already wrote, not a template or shell variable,
 # not None/null/true/false. Written for the lower-cased text (caseless rules).
 _VALUE = r"(?![\[<${(*])(?!(?:none|null|nil|true|false|undefined)\b)[^\s'\",;&)}\]]{3,512}"
-_SEP = r"['\"]?+\s{0,8}+(?:=|:(?!//))\s{0,8}+['\"]?+"  # key/value separator with optional quotes
+_QUOTE = r"(?:\\?+['\"])?+"  # an optional quote, JSON-escaped or not
+_SEP = _QUOTE + r"\s{0,8}+(?:=|:(?!//))\s{0,8}+" + _QUOTE  # key/value separator with optional quotes
+_LIST = r"(?:\[\s{0,8}+['\"])?+"  # vLLM prints some secrets as a list: 'api_key': ['token-abc']
 
 
 def _words(*words: str) -> str:
@@ -89,16 +95,12 @@ _SECRET_KEY_WORDS = _words(
     "password", "passwd", "passphrase", "secret", "token", "credential", "credentials",
     "apikey", "api_key", "api-key", "accesskey", "access_key", "secretkey", "secret_key",
     "privatekey", "private_key", "accountkey", "account_key", "authkey", "auth_key", "sharedkey",
+    "subscription-key", "subscription_key", "subscriptionkey",
 )  # fmt: skip
 
 _RULES: tuple[_Rule, ...] = (
     # --- blocks and structured carriers first, so the token rules below see only what remains ----------
-    _rule(
-        "private-key",
-        r"-----BEGIN[A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----"
-        r"(?:[\s\S]{0,20000}?-----END[A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----|[A-Za-z0-9+/=\s:,-]{0,20000})",
-        ("private key",),
-    ),
+    # (PEM private keys are handled line by line before these rules: _redact_pem_blocks)
     # scheme://user:password@host → keep the user name and host, drop the password
     _rule(
         "url-password",
@@ -106,6 +108,26 @@ _RULES: tuple[_Rule, ...] = (
         ("://",),
         keep_head=True,
     ),
+    # a token as the whole user part, e.g. a Sentry DSN https://<key>@o1.ingest.sentry.io/2
+    _rule("url-userinfo", r"(?P<head>://)[A-Za-z0-9_.~%-]{16,256}+(?=@)", ("://",), keep_head=True),
+    # registry logins: docker login nvcr.io -u '$oauthtoken' -p nvapi-…
+    _rule(
+        "registry-password",
+        r"(?P<head>(?:docker|podman|nerdctl|buildah|skopeo|helm registry|oras) login\b[^\n]{0,200}?"
+        r"\s(?:-p|--password)(?:=|\s{1,8}+)['\"]?+)(?![\[<$])[^\s'\"]{1,512}",
+        ("login",),
+        keep_head=True,
+    ),
+    # wandb login [--relogin] [--host=URL] <40 hex>
+    _rule(
+        "wandb-key",
+        r"(?P<head>wandb login(?:\s{1,8}+--?[a-z-]{1,30}+(?:=[^\s]{1,300}+)?){0,4}\s{1,8}+)"
+        r"(?![\[<$-])[^\s'\"]{8,256}",
+        ("wandb login",),
+        keep_head=True,
+    ),
+    # docker config.json: {"auths": {"nvcr.io": {"auth": "<base64 user:password>"}}}
+    _rule("registry-auth", r'(?P<head>"auth"\s{0,8}+:\s{0,8}+")[A-Za-z0-9+/=]{8,4096}', ('"auth"',), keep_head=True),
     _rule(
         "slack-webhook",
         r"https://hooks\.slack(?:-gov)?\.com/(?:services|workflows|triggers)/[A-Za-z0-9/_-]{8,256}",
@@ -114,7 +136,7 @@ _RULES: tuple[_Rule, ...] = (
     # Authorization/Cookie-style headers: keep the header name (and auth scheme), drop the value
     _rule(
         "auth-header",
-        r"(?P<head>authorization\s{0,8}+[:=]\s{0,8}+['\"]?+"
+        r"(?P<head>authorization" + _QUOTE + r"\s{0,8}+[:=]\s{0,8}+['\"]?+"
         r"(?>(?:(?:bearer|basic|token|digest|apikey|key)\s{1,8}+)?))(?![\[<$])[^\s'\",]{1,2048}",
         ("authorization",),
         keep_head=True,
@@ -122,7 +144,7 @@ _RULES: tuple[_Rule, ...] = (
     ),
     _rule(
         "auth-header",
-        r"(?P<head>(?:api-key|auth-token|cookie)\s{0,8}+:\s{0,8}+['\"]?+)"
+        r"(?P<head>(?:api-key|auth-token|cookie)" + _QUOTE + r"\s{0,8}+:\s{0,8}+['\"]?+)"
         r"(?![\[<$])[^\r\n'\"]{1,2048}",
         ("api-key", "auth-token", "cookie"),
         keep_head=True,
@@ -143,6 +165,7 @@ _RULES: tuple[_Rule, ...] = (
     _rule("stripe-key", r"_(?:live|test)_(?<=\b[spr]k_live_|\b[spr]k_test_)[A-Za-z0-9]{16,128}\b", ()),
     _rule("slack-token", _word_start("xox") + r"(?:[abposr]|e\.xox[bp]|e)-[A-Za-z0-9-]{10,256}", ()),
     _rule("slack-token", _word_start("xapp-") + r"\d-[A-Za-z0-9-]{10,256}", ()),
+    _rule("nvidia-api-key", _word_start("nvapi-") + r"[A-Za-z0-9_-]{20,128}", ()),
     _rule("github-token", _word_start("gh") + r"[pousr]_[A-Za-z0-9]{36,255}\b", ()),
     _rule("github-token", _word_start("github_pat_") + r"[A-Za-z0-9_]{22,255}\b", ()),
     _rule("gitlab-token", _word_start("gl") + r"(?:pat|dt|rt|ptt|cbt|soat)-[A-Za-z0-9_-]{20,64}\b", ()),
@@ -159,7 +182,7 @@ _RULES: tuple[_Rule, ...] = (
     _rule("groq-key", _word_start("gsk_") + r"[A-Za-z0-9]{40,64}\b", ()),
     _rule("sendgrid-key", _word_start("SG.") + r"[A-Za-z0-9_-]{22}\.[A-Za-z0-9_-]{43}\b", ()),
     # bot id (public) stays, the secret after the colon goes; anchored on the literal ":AA" for speed
-    _rule("telegram-bot-token", r"(?P<head>:)AA(?<=[0-9]{8}:AA)[A-Za-z0-9_-]{33}\b", (), keep_head=True),
+    _rule("telegram-bot-token", r"(?P<head>:)AA(?<=[0-9]{8}:AA)[A-Za-z0-9_-]{33}(?![A-Za-z0-9_-])", (), keep_head=True),
     _rule(
         "jwt",
         _word_start("eyJ") + r"[A-Za-z0-9_-]{8,4096}\.eyJ[A-Za-z0-9_-]{8,8192}\.[A-Za-z0-9_-]{0,4096}",
@@ -195,7 +218,7 @@ _RULES: tuple[_Rule, ...] = (
     ),
     _rule(
         "secret-assignment",
-        r"(?P<head>" + _SECRET_KEY_WORDS + _SEP + ")" + _VALUE,
+        r"(?P<head>" + _SECRET_KEY_WORDS + _SEP + _LIST + ")" + _VALUE,
         ("pass", "secret", "token", "key", "credential"),
         keep_head=True,
         caseless=True,
@@ -203,12 +226,71 @@ _RULES: tuple[_Rule, ...] = (
 )
 
 
+_PEM_BEGIN = re.compile(r"-----BEGIN[A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----")
+_PEM_END = re.compile(r"-----END[A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----")
+# the key material at the end of a body line, after any log prefix ("(APIServer pid=1) MIIEv…")
+_PEM_BODY = re.compile(r"[A-Za-z0-9+/=]{16,}+\s*+$|^\s*+[A-Za-z0-9+/=]{1,15}+\s*+$")
+_PEM_FULL_WIDTH = 60  # body lines are 64 (PEM) or 70 (OpenSSH) wide; a shorter one is the last
+_PEM_HEADER = re.compile(r"^[\w-]{1,40}: ")  # "Proc-Type: 4,ENCRYPTED" inside an encrypted key
+_PEM_MAX_LINES = 400
+_LINE_BREAK = re.compile(r"(\r\n?|\n)")  # what distillation counts as a line break
+
+
+def _redact_pem_blocks(text: str) -> tuple[str, int]:
+    """PEM private keys, line by line, so a block survives log prefixes on every line and a paste cut
+    off before the END line: the BEGIN line's rest, every body line's key material and the END marker
+    become one mark each; prefixes and line breaks stay. Also covers a block written on one line with
+    escaped newlines (a JSON log line). Linear: each line is looked at once."""
+    if "PRIVATE KEY" not in text:
+        return text, 0
+    mark = MARK.format(kind="private-key")
+    lines = _LINE_BREAK.split(text)  # lines at even indices, their breaks (kept as they are) at odd ones
+    count = 0
+    body_left = 0  # > 0 while inside a block: how many more body lines may follow
+    for i in range(0, len(lines), 2):
+        line = lines[i]
+        begin = _PEM_BEGIN.search(line) if "PRIVATE KEY" in line else None
+        if begin is not None:
+            pieces: list[str] = []
+            pos = 0
+            body_left = 0
+            while begin is not None:  # one line may hold several blocks (escaped newlines in JSON)
+                pieces += [line[pos:begin.start()], mark]
+                count += 1
+                end = _PEM_END.search(line, begin.end())
+                if end is None:
+                    # the block goes on below only when nothing came after BEGIN; otherwise (a one-line
+                    # value cut short) the rest of this line was the key
+                    rest = line[begin.end():]
+                    body_left = 0 if rest.strip(" \t\"',") else _PEM_MAX_LINES
+                    pos = len(line)
+                    break
+                pos = end.end()
+                begin = _PEM_BEGIN.search(line, pos)
+            lines[i] = "".join(pieces) + line[pos:]
+            continue
+        if not body_left:
+            continue
+        end = _PEM_END.search(line) if "PRIVATE KEY" in line else None
+        if end is not None:
+            lines[i] = _PEM_BODY.sub("", line[: end.start()]) + mark + line[end.end():]
+            body_left = 0
+            continue
+        body = _PEM_BODY.search(line)
+        if body is not None:
+            lines[i] = line[: body.start()] + mark
+            body_left = body_left - 1 if len(body.group().strip()) >= _PEM_FULL_WIDTH else 0
+        elif not (_PEM_HEADER.search(line.strip()) or not line.strip()):
+            body_left = 0  # an ordinary line: the paste was cut inside the block
+    return "".join(lines), count
+
+
 def redact_with_count(text: str) -> tuple[str, int]:
     """Return (redacted text, number of secrets replaced)."""
     if not text:
         return text, 0
+    text, total = _redact_pem_blocks(text)
     lowered = text.lower()
-    total = 0
     for rule in _RULES:
         if rule.triggers and not any(t in lowered for t in rule.triggers):
             continue

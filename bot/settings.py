@@ -7,13 +7,28 @@ settings table (tests/test_settings.py fails when one is missing there).
 from __future__ import annotations
 
 import os
+import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
-from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_settings import (
+    BaseSettings,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    SettingsError,
+)
 
 from bot.errors import ConfigError
 
@@ -365,12 +380,51 @@ class Settings(BaseSettings):
         validation_alias=AliasChoices("VLLM_DOCTOR_AUDIT_DB", "runner_audit_db"),
         description="SQLite audit log of every diagnose run and refusal: who, when, hosts, checks, verdicts.",
     )
+    # --- scale-out (issue 11: replicas on PostgreSQL, fleet queue, health, metrics; bot/storage/) ----------
+    database_url: str | None = Field(
+        None,
+        validation_alias=AliasChoices("VLLM_DOCTOR_DATABASE_URL", "database_url"),
+        description="postgresql://user:password@host:5432/db: every replica keeps all its state (Slack answers, "
+        "event claims, audit, KB growth, LLM cache and breaker, fleet queue) in this one PostgreSQL database. "
+        "Unset: one SQLite file per store (the *_DB settings), for a single process.",
+    )
+    metrics_port: int | None = Field(
+        None,
+        ge=0,
+        le=65535,
+        validation_alias=AliasChoices("VLLM_DOCTOR_METRICS_PORT", "metrics_port"),
+        description="Port for /healthz, /readyz and /metrics in Socket Mode (HTTP mode serves them on the HTTP port).",
+    )
+    log_format: Literal["text", "json"] = Field(
+        "text",
+        validation_alias=AliasChoices("VLLM_DOCTOR_LOG_FORMAT", "log_format"),
+        description="`json`: one JSON object per log line, with the request id of the Slack delivery it serves.",
+    )
+    fleet_lease_s: float = Field(
+        60.0,
+        gt=0,
+        validation_alias=AliasChoices("VLLM_DOCTOR_FLEET_LEASE", "fleet_lease_s"),
+        description="Seconds a replica holds a claimed host of a group diagnosis; a host whose replica died is "
+        "checked again by another after this (kept above the slowest host's checks; renewed while running).",
+    )
+    kb_poll_s: float = Field(
+        5.0,
+        gt=0,
+        validation_alias=AliasChoices("VLLM_DOCTOR_KB_POLL", "kb_poll_s"),
+        description="Seconds between checks of the shared KB version row; a case approved on one replica goes "
+        "live on the others within this plus one index update.",
+    )
+
     runner_access: list[RunnerAccessRule] = Field(
         default_factory=list,
         validation_alias=AliasChoices("VLLM_DOCTOR_RUNNER_ACCESS", "runner_access"),
         description="Who may diagnose which hosts from Slack: a list of {hosts, users, usergroups, channels, "
         "max_tier} rules (JSON in the environment, a list in the YAML file). Empty: nobody (default deny).",
     )
+
+    def store_target(self, sqlite_path: Path) -> str | Path:
+        """Where a store lives: the shared PostgreSQL database when one is configured, else its own file."""
+        return self.database_url or sqlite_path
 
     @field_validator("kb_reviewers", mode="before")
     @classmethod
@@ -400,4 +454,22 @@ class Settings(BaseSettings):
 
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:
-    return Settings()
+    """The process settings; a bad value is a ConfigError with one line per problem (never a traceback).
+    Values are not echoed: a bad value may be a token."""
+    try:
+        return Settings()
+    except ValidationError as exc:
+        problems = [f"{'.'.join(str(p) for p in err['loc']) or 'settings'}: {err['msg']}" for err in exc.errors()]
+        raise ConfigError("invalid setting " + "; ".join(problems)) from None
+    except SettingsError as exc:
+        raise ConfigError(f"invalid setting {_env_name_in(str(exc))}: not valid JSON") from None
+
+
+def _env_name_in(message: str) -> str:
+    """'error parsing value for field "runner_access" …' → VLLM_DOCTOR_RUNNER_ACCESS (its env var)."""
+    match = re.search(r'field "(\w+)"', message)
+    field = Settings.model_fields.get(match.group(1)) if match else None
+    alias = field.validation_alias if field is not None else None
+    if isinstance(alias, AliasChoices) and alias.choices:
+        return str(alias.choices[0])
+    return match.group(1) if match else "(unknown)"

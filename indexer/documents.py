@@ -1,7 +1,9 @@
 """What a KB case becomes in the search index: its documents, and the hashes that say what changed.
 
-Each case is several documents: its `search_text()` ("case") and each example log after normalisation
-("example:<n>"). Vectors are keyed by the sha256 of their document text, so only new or changed documents
+Each case is several documents: its `search_text()` followed by its Chinese text ("case"), and each
+example log after normalisation ("example:<n>"). The Chinese text comes last on purpose: MiniLM reads the
+first 256 word pieces, which the English text fills for nearly every case, so the vectors stay English
+while BM25 sees both languages. Vectors are keyed by the sha256 of their document text, so only new or changed documents
 are embedded; per-case hashes (and the KB hash over them) say whether the stored index matches the KB.
 """
 
@@ -24,7 +26,8 @@ class Document:
 
 def case_documents(case: Case) -> list[Document]:
     """The texts that represent one case in the index."""
-    texts = [("case", case.search_text())]
+    zh = case.search_text_zh()
+    texts = [("case", case.search_text() + ("\n" + zh if zh else ""))]
     texts += [(f"example:{i}", normalize_log_text(ex.log)) for i, ex in enumerate(case.examples)]
     return [Document(case.id, name, text, text_sha256(text)) for name, text in texts]
 

@@ -122,15 +122,20 @@ class KBIndex:
         *,
         store_kind: str = "auto",
         force_rebuild: bool = False,
+        reread: Callable[[], list[Case]] | None = None,
     ) -> KBIndex:
         """Load the index in `index_dir` for this KB, building or updating it as needed.
+
+        `reread()`, when given, is called once the directory lock is held and returns the newest cases:
+        the index is written for the KB as it is then, not as it was when `kb` was read. Another process
+        may have added a case in between (20 parallel `kb add`); indexing the older KB would drop it.
 
         `encoder_factory()` is called once, here; it must be cheap (SentenceTransformerEncoder is: the
         model itself loads on the first encode()). store_kind: "auto" (flat below
         store.HNSW_MIN_VECTORS vectors, HNSW above), "flat" or "hnsw".
         """
         index = cls(index_dir, encoder_factory, store_kind)
-        index._sync([case for case in kb.cases], force_rebuild=force_rebuild)
+        index._sync([case for case in kb.cases], force_rebuild=force_rebuild, reread=reread)
         return index
 
     @classmethod
@@ -316,14 +321,16 @@ class KBIndex:
 
     # ---------------------------------------------------------------------------- building and loading
 
-    def _sync(self, cases: list[Case], force_rebuild: bool) -> None:
+    def _sync(self, cases: list[Case], force_rebuild: bool, reread: Callable[[], list[Case]] | None = None) -> None:
         """Bring the stored index in line with `cases` (the open() path)."""
         started = time.perf_counter()
         self._embed_seconds = 0.0
-        docs_by_case = {case.id: case_documents(case) for case in cases}
-        hashes = {case.id: case_hash(case) for case in cases}
         lock = self._acquire_lock()
         try:
+            if reread is not None and lock is not None:
+                cases = reread()  # the KB version this write is for, read under the lock
+            docs_by_case = {case.id: case_documents(case) for case in cases}
+            hashes = {case.id: case_hash(case) for case in cases}
             stored: StoredIndex | None = None
             problem = ""
             try:

@@ -3,7 +3,9 @@
 `gpu_memory_utilization`, `NCCL_SOCKET_IFNAME`, `libcudnn.so.8` and `torch._C` are indexed both as one
 token and as their parts, so a query naming the exact identifier scores higher than one that only shares
 the words. `--max-model-len` and `max_model_len` meet as the same token, and CamelCase exception names
-also yield their words (`OutOfMemoryError` → out, of, memory, error).
+also yield their words (`OutOfMemoryError` → out, of, memory, error). Chinese text is segmented into words
+(indexer.segment) next to the Latin tokens, so a mixed paste (a Chinese comment above an English log)
+searches with both.
 """
 
 from __future__ import annotations
@@ -20,8 +22,11 @@ import bm25s
 import numpy as np
 from bm25s.stopwords import STOPWORDS_EN
 
+from indexer.segment import chinese_tokens, vocabulary_version
+
 # Bump when tokenize() changes: stored BM25 indexes built by another version are rebuilt.
-TOKENIZER_VERSION = "ident-v1"
+# The segmenter's added words are part of the version: a glossary edit rebuilds stored BM25 indexes.
+TOKENIZER_VERSION = f"ident-zh-v1-{vocabulary_version()}"
 
 # Placeholders written by indexer.text.mask(); they occur everywhere and say nothing.
 _PLACEHOLDER_RE = re.compile(r"<(?:num|hex|path|ip|uuid)>")
@@ -41,7 +46,8 @@ class LexicalError(Exception):
 
 
 def tokenize(text: str) -> list[str]:
-    """Lower-case tokens: every identifier whole (with '-' folded to '_') plus its parts."""
+    """Lower-case tokens: every identifier whole (with '-' folded to '_') plus its parts, then the words of
+    any Chinese text."""
     tokens: list[str] = []
     for compound in _COMPOUND_RE.findall(_PLACEHOLDER_RE.sub(" ", text)):
         parts = _PART_RE.findall(compound)
@@ -56,6 +62,7 @@ def tokenize(text: str) -> list[str]:
                 tokens.append(lowered)
             if len(words) > 1:
                 tokens.extend(w.lower() for w in words if len(w) > 1 and w.lower() not in _STOPWORDS)
+    tokens.extend(chinese_tokens(text))
     return tokens
 
 

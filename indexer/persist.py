@@ -3,8 +3,9 @@
 On disk (`index_dir`):
     manifest.json            format version, model id, dimension, KB hash, per-case and per-document
                              hashes, document order, names of the data files below
-    vectors-<gen>.faiss      the vector store (row i = document i of the manifest)
-    bm25-<gen>/              the BM25 index (same rows)
+    vectors-<gen>.faiss      the vector store (row i = document i of the manifest); its sha256 is in the
+                             manifest and checked on every open (bytes flipped in place → rebuild)
+    bm25-<gen>/              the BM25 index (same rows); sha256 per file in the manifest, checked on open
     .lock                    filelock: one writer at a time; readers hold it for the few ms of loading
 
 The manifest is written last and names its data files, so a crash mid-write leaves the previous index.
@@ -13,6 +14,7 @@ What to do when something here fails (rebuild, or keep the index in memory) is K
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -112,6 +114,15 @@ def read_stored_index(index_dir: Path) -> StoredIndex:
         raise InvalidStoredIndex(
             f"has a truncated or altered vector file ({size} bytes, manifest says {vectors_size})"
         )
+    expected = manifest.get("vectors_sha256")
+    if not isinstance(expected, str):
+        raise InvalidStoredIndex("has no checksum for its vector file (written by an older version)")
+    try:
+        actual = file_sha256(vectors_path)
+    except OSError as exc:
+        raise InvalidStoredIndex(f"has an unreadable vector file ({exc.strerror or exc})") from None
+    if actual != expected:
+        raise InvalidStoredIndex(f"has a vector file that does not match its checksum ({vectors_file} altered in place)")
     try:
         store = VectorStore.load(vectors_path)
     except StoreError as exc:
@@ -125,6 +136,9 @@ def read_stored_index(index_dir: Path) -> StoredIndex:
     try:
         if manifest.get("tokenizer") != TOKENIZER_VERSION:
             raise LexicalError(f"BM25 built with tokenizer {manifest.get('tokenizer')!r}")
+        problem = _bm25_checksum_problem(index_dir / bm25_dir, manifest.get("bm25_sha256"))
+        if problem:
+            raise LexicalError(problem)
         lexical = LexicalIndex.load(index_dir / bm25_dir)
         if lexical.n_docs != len(docs):
             raise LexicalError(f"BM25 index has {lexical.n_docs} documents, expected {len(docs)}")
@@ -155,7 +169,9 @@ def write_generation(index_dir: Path, state: IndexState) -> str:
             "generation": generation,
             "vectors_file": vectors_file,
             "vectors_bytes": size,
+            "vectors_sha256": file_sha256(index_dir / vectors_file),
             "bm25_dir": bm25_dir,
+            "bm25_sha256": _dir_sha256(index_dir / bm25_dir),
             "documents": [{"case": d.case_id, "doc": d.name, "sha256": d.sha256} for d in state.docs],
             "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
@@ -171,6 +187,31 @@ def write_generation(index_dir: Path, state: IndexState) -> str:
         )
     )
     return generation
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _dir_sha256(directory: Path) -> dict[str, str]:
+    return {p.name: file_sha256(p) for p in sorted(directory.iterdir()) if p.is_file()}
+
+
+def _bm25_checksum_problem(directory: Path, expected: object) -> str:
+    """Why the BM25 files cannot be trusted ("" when they match the manifest's checksums)."""
+    if not isinstance(expected, dict):
+        return "no checksums in the manifest (written by an older version)"
+    try:
+        actual = _dir_sha256(directory)
+    except OSError as exc:
+        return f"cannot read {directory.name} ({exc.strerror or exc})"
+    if actual != expected:
+        return f"files in {directory.name} do not match their checksums"
+    return ""
 
 
 def _remove_paths(*paths: Path) -> None:

@@ -29,6 +29,9 @@ Fact paths in `when` keys, `{fact: …}` operands and `{…}` message placeholde
     name.key        one key of a map fact (e.g. vars.HF_HUB_OFFLINE)
     gpu.driver:name a fact of another check listed in `needs` (derived checks)
     host:name       an inventory field of the host (expected_gpus, serve_port, endpoint, …)
+
+`if_missing:` (optional, same rule shape) judges a host where a `requires` binary is absent; its rules
+see only `missing` (the absent names) and host fields. Without it such a check is `skipped`.
 """
 
 from __future__ import annotations
@@ -61,7 +64,8 @@ TEMPLATE_FILTERS = ("bytes", "mib", "pct", "last_line", "round")
 
 # Inventory fields a command may use as `{name}` in argv/args; values are validated by the inventory
 # and quoted by the runner, so they cannot change the command's shape.
-HOST_FIELDS = ("python", "serve_port", "endpoint", "model_dir", "served_model", "expected_gpus")
+HOST_FIELDS = ("python", "serve_port", "endpoint", "model_dir", "served_model", "expected_gpus",
+               "gpu_memory_utilization")
 COMMAND_PLACEHOLDERS = ("python", "serve_port", "endpoint", "model_dir", "served_model")
 
 Verdict = Literal["ok", "warn", "fail", "error", "skipped", "timeout"]
@@ -190,6 +194,10 @@ class Check(_Strict):
     )
     parser: str | None = Field(None, pattern=r"^[a-z][a-z0-9_]*$")
     rules: list[Rule] = Field(min_length=1)
+    if_missing: list[Rule] = Field(
+        default_factory=list,
+        description="Rules when a `requires` binary is absent (facts: `missing` and host:…); default: skipped",
+    )
 
     @field_validator("id")
     @classmethod
@@ -232,6 +240,12 @@ class Check(_Strict):
         defaults = [i for i, r in enumerate(self.rules) if r.when is None]
         if defaults != [len(self.rules) - 1]:
             raise ValueError("exactly the last rule must have no `when` (the default verdict)")
+        if self.if_missing:
+            if not self.requires:
+                raise ValueError("if_missing needs `requires`: it judges a host without those binaries")
+            defaults = [i for i, r in enumerate(self.if_missing) if r.when is None]
+            if defaults != [len(self.if_missing) - 1]:
+                raise ValueError("exactly the last if_missing rule must have no `when` (the default verdict)")
         return self
 
     @property
@@ -271,7 +285,7 @@ class CheckCatalogue:
         out: dict[str, list[str]] = {}
         for check in self.checks.values():
             seen: list[str] = []
-            for rule in check.rules:
+            for rule in [*check.rules, *check.if_missing]:
                 seen += [c for c in rule.cases if c not in seen]
             out[check.id] = seen
         return out

@@ -111,5 +111,23 @@ def load_kb(cases_dir: Path | None = None, *, strict: bool = True) -> KnowledgeB
     return KnowledgeBase(tuple(cases), total, hashes, tuple(errors))
 
 
+def missing_chinese(cases_dir: Path | None = None) -> list[KBError]:
+    """One error per case file whose Chinese text is incomplete, naming the file and each empty field.
+
+    Required of the bundled cases (`kb lint`, tests/test_kb_cases.py); a case filed from Slack or the CLI
+    may leave them empty and is served with its English text meanwhile. Unreadable files are skipped here
+    (load_kb reports them)."""
+    out: list[KBError] = []
+    for path in case_files(Path(cases_dir) if cases_dir else DEFAULT_CASES_DIR):
+        try:
+            case = load_case_file(path)
+        except KBError:
+            continue
+        fields = case.missing_chinese()
+        if fields:
+            out.append(KBError(path, [f"field '{f}': missing Chinese text" for f in fields]))
+    return out
+
+
 def load_cases(cases_dir: Path | None = None) -> list[Case]:
     return list(load_kb(cases_dir).cases)

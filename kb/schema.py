@@ -12,6 +12,8 @@ from typing import Literal
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from kb.rules import Node, RuleError, parse_rule
+
 AREAS = ("memory", "cuda", "install", "model", "distributed", "hardware", "serving", "performance")
 Area = Literal["memory", "cuda", "install", "model", "distributed", "hardware", "serving", "performance"]
 Severity = Literal["critical", "high", "medium", "low"]
@@ -36,6 +38,25 @@ class FixStep(_Strict):
     command: str | None = None
 
 
+class FactRule(_Strict):
+    """A rule over facts read from the log (kb/rules.py): when it holds, the log proves this case."""
+
+    when: str = Field(min_length=3, description="e.g. gpu_blocks * block_size < max_model_len")
+    says: str = Field(min_length=5, description="one line for the evidence, e.g. the KV cache is too small")
+
+    @field_validator("when")
+    @classmethod
+    def _parses(cls, v: str) -> str:
+        try:
+            parse_rule(v)
+        except RuleError as exc:
+            raise ValueError(f"bad rule {v!r}: {exc}") from exc
+        return v
+
+    def ast(self) -> Node:
+        return parse_rule(self.when)
+
+
 class Example(_Strict):
     source: str = Field(description="URL of the public issue the log was pasted in")
     log: str = Field(min_length=10)
@@ -55,8 +76,8 @@ class Case(_Strict):
     area: Area
     severity: Severity
     role: Role = "cause"
-    secondary: bool = False
     signatures: list[str] = Field(min_length=1)
+    rules: list[FactRule] = Field(default_factory=list)
     keywords: list[str] = Field(default_factory=list)
     cause: str = Field(min_length=20)
     # Chinese text (issue: Chinese-speaking teams). Optional in the schema so a new case can be filed from
@@ -124,6 +145,20 @@ class Case(_Strict):
         parts += [s.text for s in self.fix]
         parts += [_signature_words(p) for p in self.signatures]
         return "\n".join(p for p in parts if p)
+
+    def search_text_zh(self) -> str:
+        """The Chinese text of this case (empty parts skipped), for the lexical channel."""
+        parts = [self.title_zh, self.summary_zh, self.cause_zh, " ".join(self.keywords_zh)]
+        parts += [s.text_zh for s in self.fix]
+        return "\n".join(p for p in parts if p)
+
+    def missing_chinese(self) -> list[str]:
+        """Chinese fields a bundled case must fill (`kb lint`), by field path."""
+        missing = [name for name in ("summary_zh", "cause_zh") if not getattr(self, name)]
+        if not self.keywords_zh:
+            missing.append("keywords_zh")
+        missing += [f"fix.{i}.text_zh" for i, step in enumerate(self.fix) if not step.text_zh]
+        return missing
 
 
 def _signature_words(pattern: str) -> str:

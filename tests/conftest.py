@@ -46,6 +46,10 @@ def healthy_logs() -> dict[str, str]:
     return logs
 
 
+# A throw-away PostgreSQL server (session-scoped) and a fresh database per test; fails under CI=true when
+# the server binaries are missing. Used by the storage tests, which run on SQLite and PostgreSQL alike.
+from postgres_support import postgres_server, postgres_url  # noqa: E402,F401
+
 # The real vLLM CPU server (session-scoped; started on first use, stopped at the end). Shared by the LLM,
 # Slack and runner tests; fails loudly under CI=true when its venv is missing.
 from vllm_support import vllm_server  # noqa: E402,F401

@@ -130,6 +130,18 @@ def spawn_orphan_vllm_worker(fleet: Fleet) -> int:
     return pid
 
 
+def spawn_foreign_gpu_process(fleet: Fleet) -> int:
+    """A process that is not vLLM (a training script) for the recorded compute-apps list to point at.
+    Returns its pid (killed by fleet.stop())."""
+    out = subprocess.run(
+        ["bash", "-c", "(exec -a 'python3 train.py --epochs 3' sleep 600) >/dev/null 2>&1 & echo $!"],
+        check=True, capture_output=True, text=True,
+    )  # fmt: skip
+    pid = int(out.stdout.strip())
+    fleet.processes.append(pid)
+    return pid
+
+
 def spawn_port_squatter(fleet: Fleet, port: int) -> int:
     """A non-vLLM service listening on `port` (a plain HTTP server), as on a host where the serving port is
     taken. Returns its pid once it listens."""

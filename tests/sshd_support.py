@@ -30,17 +30,22 @@ import pytest
 MAX_LISTEN = 16  # sshd's MAX_LISTEN_SOCKS
 
 
+def in_ci() -> bool:
+    """CI=true, CI=1 or CI=yes (any case): CI providers differ, and a skip there would hide a broken setup."""
+    return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
+
+
 def sshd_path() -> str | None:
     return shutil.which("sshd") or next((p for p in ("/usr/sbin/sshd", "/sbin/sshd") if os.access(p, os.X_OK)), None)
 
 
 def require_sshd() -> str:
-    """The sshd binary, or skip — but FAIL on CI (CI=true), where a missing sshd is a broken setup."""
+    """The sshd binary, or skip — but FAIL on CI (CI=true/1/yes), where a missing sshd is a broken setup."""
     path = sshd_path()
     if path and shutil.which("ssh-keygen"):
         return path
     message = "OpenSSH sshd/ssh-keygen not installed (apt-get install -y openssh-server)"
-    if os.environ.get("CI", "").lower() == "true":
+    if in_ci():
         pytest.fail(message + "; CI must install it", pytrace=False)
     pytest.skip(message)
 

@@ -15,6 +15,9 @@ HEAVY = {
     "asyncssh": "bot/runner/ssh.py",
     "sentence_transformers": "indexer/encoder.py",
     "faiss": "indexer/store.py",
+    "psycopg": "bot/storage/postgres.py",
+    "psycopg_pool": "bot/storage/postgres.py",
+    "prometheus_client": "bot/ops/metrics.py",
     "matplotlib": "bot/pictures.py",
 }
 

@@ -47,12 +47,15 @@ def test_batch_contract_one_object_per_line_in_order(built_index: Path, tmp_path
     assert len(out) == len(lines)
     assert [o["id"] for o in out] == ["a", 2, None, "c", "d", "e"]
     for o in out:
-        assert set(o) <= {"id", "verdict", "matches", "error"} and o["verdict"] in ("match", "uncertain", "unknown")
+        # documented keys unchanged; "facts" is the one added key (what the log says about the setup)
+        assert set(o) <= {"id", "verdict", "matches", "error", "facts"} and o["verdict"] in ("match", "uncertain", "unknown")
+        assert isinstance(o.get("facts", {}), dict)
         assert len(o["matches"]) <= 5
         for m in o["matches"]:
             assert set(m) == {"case_id", "title", "score", "evidence"}
     assert out[0]["verdict"] == "match" and out[0]["matches"][0]["case_id"] == "kv-cache-no-memory"
     assert out[0]["matches"][0]["evidence"][0]["why"].startswith("signature")
+    assert out[0]["facts"]["python_version"] == {"value": "3.12", "line": 1}  # from its site-packages path
     assert "empty" in out[1]["error"]
     assert "invalid JSON" in out[2]["error"] or "Expecting value" in out[2]["error"]
     assert out[3]["verdict"] in ("unknown", "uncertain")
@@ -70,6 +73,7 @@ def test_explain_json_and_text(built_index: Path, tmp_path: Path) -> None:
     obj = json.loads(proc.stdout)
     assert obj["verdict"] == "match" and obj["matches"][0]["case_id"] == "kv-cache-no-memory"
     assert obj["explanation"] is None
+    assert obj["also_noticed"] == [] and isinstance(obj["facts"], dict) and obj["truncated"] is False
     proc = run_cli(["explain", "--no-llm", "-"], built_index, stdin=CASE.examples[1].log.encode())
     text = proc.stdout.decode()
     assert "MATCH" in text and "kv-cache-no-memory" in text and "Fix:" in text

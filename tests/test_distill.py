@@ -133,13 +133,13 @@ def test_too_large_input_is_refused_with_sizes() -> None:
 
 
 def test_invalid_utf8_is_decoded_with_a_note() -> None:
-    text, notes = decode_input(b"RuntimeError: bad byte \xff\xfe here\n" + "日志".encode("utf-16-le"), MAX)
-    assert "RuntimeError" in text
-    assert notes
+    paste = decode_input(b"RuntimeError: bad byte \xff\xfe here\n" + "日志".encode("utf-16-le"), MAX)
+    assert "RuntimeError" in paste.text
+    assert paste.notes
 
 
 def test_gbk_chinese_is_decoded() -> None:
     raw = "启动失败：ValueError: Bfloat16 is only supported on GPUs with compute capability of at least 8.0".encode("gbk")
-    text, notes = decode_input(raw, MAX)
-    assert text.startswith("启动失败")
-    assert "GB18030" in notes[0]
+    paste = decode_input(raw, MAX)
+    assert paste.text.startswith("启动失败")
+    assert "GB18030" in paste.notes[0]

@@ -172,14 +172,12 @@ def test_error_reason_is_redacted(fake):
     assert secret not in str(exc.value) and "[REDACTED:hf-token]" in str(exc.value)
 
 
-def test_connection_refused_is_fast():
+def test_connection_refused_is_a_connection_error_not_a_timeout():
     client = LLMClient(f"http://127.0.0.1:{free_port()}/v1")
-    started = time.monotonic()
     with pytest.raises(LLMUnavailable) as exc:
-        client.server_info(soon())
+        client.server_info(soon(60))  # a retry loop would end in "timeout" at this deadline
     assert exc.value.kind == "connection"
     assert "Connection refused" in str(exc.value)
-    assert time.monotonic() - started < 1.0
 
 
 def test_dropped_connection(fake):
@@ -190,12 +188,11 @@ def test_dropped_connection(fake):
 
 
 def test_hanging_server_times_out_at_the_deadline(fake):
-    fake.chat = Hang(30)
-    started = time.monotonic()
+    fake.chat = Hang(30)  # then it closes: a client without a deadline would report "connection"
     with pytest.raises(LLMUnavailable) as exc:
         LLMClient(fake.base_url).chat(MSGS, model="fake", max_tokens=8, deadline=soon(0.8))
     assert exc.value.kind == "timeout"
-    assert 0.7 < time.monotonic() - started < 2.0
+    assert len(fake.chat_requests()) == 1  # sent first, then given up at the deadline (not refused up front)
 
 
 def test_deadline_already_passed_sends_nothing(fake):
@@ -223,15 +220,13 @@ def test_stalled_stream_fails_after_stall_time(fake):
     fake.chat = Stream(["a", "b", "c", "d"], stall_after=2)
     result = ChatResult()
     got = []
-    started = time.monotonic()
     with pytest.raises(LLMUnavailable) as exc:
         for piece in LLMClient(fake.base_url).chat_stream(
-            MSGS, model="fake", max_tokens=8, deadline=soon(10), stall_s=0.6, result=result
+            MSGS, model="fake", max_tokens=8, deadline=soon(30), stall_s=0.6, result=result
         ):
             got.append(piece)
     assert got == ["a", "b"]
-    assert exc.value.kind == "stalled"
-    assert time.monotonic() - started < 3.0
+    assert exc.value.kind == "stalled"  # the server holds the stream 60 s: "timeout" would mean no stall timer
 
 
 def test_stream_dropped_mid_way(fake):

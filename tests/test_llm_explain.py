@@ -5,7 +5,6 @@ The same flows against the real vLLM CPU server: tests/test_llm_vllm.py."""
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 from llm_support import (
@@ -34,6 +33,19 @@ CASES = ("kv-cache-no-memory", "max-model-len-exceeds-kv-cache")
 def fake():
     with FakeOpenAIServer() as server:
         yield server
+
+
+class FakeClock:
+    """The circuit breaker's clock, moved by the test: a cooldown without sleeping on a busy machine."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
 
 
 def explainer(url: str, **kw) -> Explainer:
@@ -310,15 +322,12 @@ def test_stream_yields_readable_text_then_the_explanation(fake):
 
 
 def test_stalled_stream_falls_back_within_the_stall_time(fake):
-    fake.chat = Stream(split(answer_json("kv-cache-no-memory"), 5), stall_after=15)
-    started = time.monotonic()
+    fake.chat = Stream(split(answer_json("kv-cache-no-memory"), 5), stall_after=15)  # then silent for 60 s
     items = list(explainer(fake.base_url, stall_s=0.5).stream(make_diagnosis(), kb_cases(*CASES)))
-    elapsed = time.monotonic() - started
     final = items[-1]
     assert isinstance(final, Explanation) and final.source == "kb"
-    assert "stalled" in final.note
+    assert "stalled" in final.note and "time limit" not in final.note  # the stall timer ended it, not the total
     assert any(isinstance(i, str) for i in items[:-1])  # partial text came first; the final item replaces it
-    assert elapsed < 2.5
 
 
 def test_stream_cut_by_a_crash_falls_back(fake):
@@ -329,11 +338,10 @@ def test_stream_cut_by_a_crash_falls_back(fake):
 
 # --- bounded faults and the circuit breaker ---------------------------------------------------------------------------
 def test_hanging_server_costs_at_most_the_timeout(fake):
-    fake.chat = Hang(30)
-    started = time.monotonic()
+    fake.chat = Hang(30)  # then it closes: without the timeout the note would be a connection error
     out = run(explainer(fake.base_url, timeout_s=1.0))
     assert out.source == "kb" and "time limit" in out.note
-    assert time.monotonic() - started < 1.8
+    assert len(fake.chat_requests()) == 1
 
 
 @pytest.mark.parametrize(
@@ -360,26 +368,24 @@ def test_dead_server_opens_the_circuit_and_fallback_is_fast():
         assert out.source == "kb" and "Connection refused" in out.note
     assert exp.breaker.state == "open"
     diagnosis, cases = make_diagnosis(), kb_cases(*CASES)
-    times = []
-    for _ in range(20):
-        started = time.perf_counter()
-        out = exp.explain(diagnosis, cases)
-        times.append(time.perf_counter() - started)
+    out = exp.explain(diagnosis, cases)  # no connection attempted (latency is measured in bench/, not here)
     assert out.source == "kb" and out.note.startswith("LLM skipped after 2 failures")
-    assert sorted(times)[10] < 0.05  # p50 under 50 ms, no network involved
+    assert exp.breaker.state == "open"
 
 
 def test_circuit_recovers_after_the_cooldown(fake):
     fake.chat = error(503, "loading", type_="ServiceUnavailable")
-    exp = explainer(fake.base_url, breaker=CircuitBreaker(failures=2, cooldown_s=0.4))
+    clock = FakeClock()
+    exp = explainer(fake.base_url, breaker=CircuitBreaker(failures=2, cooldown_s=30, clock=clock))
     run(exp)
     run(exp)
     assert exp.breaker.state == "open"
     fake.chat = completion(answer_json("kv-cache-no-memory"))
     sent = len(fake.chat_requests())
+    clock.advance(29.9)
     assert run(exp).source == "kb"
     assert len(fake.chat_requests()) == sent  # open: nothing sent
-    time.sleep(0.45)
+    clock.advance(0.1)
     assert exp.breaker.state == "half-open"
     assert run(exp).source == "llm"  # the trial request goes through and succeeds
     assert exp.breaker.state == "closed"
@@ -387,10 +393,11 @@ def test_circuit_recovers_after_the_cooldown(fake):
 
 def test_failed_trial_reopens_the_circuit(fake):
     fake.chat = error(500, "still broken")
-    exp = explainer(fake.base_url, breaker=CircuitBreaker(failures=2, cooldown_s=1.0))
+    clock = FakeClock()
+    exp = explainer(fake.base_url, breaker=CircuitBreaker(failures=2, cooldown_s=30, clock=clock))
     run(exp)
     run(exp)
-    time.sleep(1.05)
+    clock.advance(30)
     run(exp)  # the trial, fails
     assert exp.breaker.state == "open"
     sent = len(fake.chat_requests())

@@ -196,35 +196,26 @@ def test_server_killed_mid_request_then_circuit_opens(live):
         # 1. non-streaming request in flight when the server dies
         client = _KillDuringChat(live)
         exp = Explainer(client, timeout_s=20)
-        started = time.monotonic()
-        out = exp.explain(make_diagnosis(), kb_cases(*CASES))
-        killed_at = started  # the kill comes 0.3 s into the chat request
+        out = exp.explain(make_diagnosis(), kb_cases(*CASES))  # the kill comes 0.3 s into the chat request
         assert out.source == "kb" and out.note.startswith("LLM unavailable (cannot reach"), out.note
         client.killer.join(timeout=15)
+        # ordering, not a stopwatch: the answer is the connection failure, not the 20 s timeout
         assert client.killer.finished.is_set() and not live.is_running()
-        assert time.monotonic() - killed_at < 8
 
         # 2. streaming request: killed after the first chunk
         live.start()
         exp = Explainer(
             _KillAfterFirstDelta(live), timeout_s=20, breaker=CircuitBreaker(failures=2, cooldown_s=60)
         )
-        killed_at = time.monotonic()
         final = list(exp.stream(make_diagnosis(), kb_cases(*CASES)))[-1]
         assert isinstance(final, Explanation) and final.source == "kb"
-        assert "LLM unavailable" in final.note, final.note
-        assert time.monotonic() - killed_at < 5
+        assert "LLM unavailable" in final.note and "time limit" not in final.note, final.note
 
-        # 3. server down: one more failure opens the circuit; then fallbacks cost < 50 ms
+        # 3. server down: one more failure opens the circuit; then nothing is sent (latency: bench/)
         out = exp.explain(make_diagnosis(), kb_cases(*CASES))
         assert "Connection refused" in out.note
         assert exp.breaker.state == "open"
-        diagnosis, cases = make_diagnosis(), kb_cases(*CASES)
-        times = []
-        for _ in range(10):
-            started = time.perf_counter()
-            out = exp.explain(diagnosis, cases)
-            times.append(time.perf_counter() - started)
-        assert out.note.startswith("LLM skipped") and sorted(times)[5] < 0.05
+        out = exp.explain(make_diagnosis(), kb_cases(*CASES))
+        assert out.note.startswith("LLM skipped")
     finally:
         live.start()

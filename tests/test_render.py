@@ -58,3 +58,22 @@ def test_unknown_shows_nearest_cases_only_as_reference() -> None:
 
 def test_colour_only_when_asked() -> None:
     assert "\x1b[32m" in render_text(_diagnosis("match", 0.93), _Doctor(), color=True)
+
+
+def test_facts_notes_and_also_noticed_are_printed() -> None:
+    from dataclasses import replace
+
+    from bot.models import LogFacts
+
+    d = _diagnosis("uncertain", 0.6)
+    best = replace(d.matches[0], notes=("fixed in vllm 0.6.4; this log shows 0.5.3 — upgrading is the fix",))
+    noticed = Match("enforce-eager-cuda-graphs-off", "Slow decoding", "慢", "performance", 0.7, True,
+                    evidence=(Evidence(2, "To see benefits of async output processing", "signature: x"),))
+    d = replace(d, matches=(best,), also_noticed=(noticed,), notes=("the final error line is missing",),
+                facts=LogFacts(vllm_version="0.5.3", gpu_blocks=0, sources={"vllm_version": 1, "gpu_blocks": 3}))
+    lines = render_text(d, _Doctor()).splitlines()
+    assert "note: the final error line is missing" in lines
+    assert "   note: fixed in vllm 0.6.4; this log shows 0.5.3 — upgrading is the fix" in lines
+    assert "  - enforce-eager-cuda-graphs-off — Slow decoding (L2)" in lines
+    at = lines.index("What the log says about your setup:")
+    assert lines[at + 1:at + 3] == ["  vLLM: 0.5.3", "  GPU blocks: 0"]

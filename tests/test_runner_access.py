@@ -66,8 +66,8 @@ def test_default_deny_and_grants(settings):
     # user rule: anywhere, only a100 hosts, tier 0
     assert [h.name for h in authorize("U_ALICE", "C_RANDOM", [], "a100", settings)] == ["gpu01", "gpu02"]
     assert [h.name for h in authorize("U_ALICE", None, [], "gpu01", settings)] == ["gpu01"]
-    with pytest.raises(PermissionDenied, match="you may not diagnose gpu03 from this channel"):
-        authorize("U_ALICE", "C_RANDOM", [], "fleet", settings)
+    with pytest.raises(PermissionDenied, match="you may not diagnose 'fleet' from here"):
+        authorize("U_ALICE", "C_RANDOM", [], "fleet", settings)  # gpu03 is not hers: the group is refused
     with pytest.raises(PermissionDenied, match="tier 1 checks are not granted to you for gpu01"):
         authorize("U_ALICE", "C_RANDOM", [], "gpu01", settings, max_tier=1)
     # user-group rule: only in C_OPS
@@ -104,6 +104,55 @@ def test_every_refusal_is_audited(settings):
     assert [(r["user_id"], r["target"], r["status"]) for r in reversed(runs)] == [
         ("U_MALLORY", "gpu01", "refused"), ("U_ALICE", "gpu01; id", "refused"), ("U_ALICE", "nope", "refused")]
     assert "no access rule" in runs[-1]["detail"]
+    assert "is not a host or group in the inventory" in runs[0]["detail"]  # the audit keeps the real reason
+
+
+def test_unauthorised_users_cannot_tell_existing_from_unknown_names(settings):
+    """ALICE may diagnose a100 only: gpu03 (exists) and gpu99 (does not) are refused in the same words, and
+    the refusal of a group does not list its members."""
+    messages = {}
+    for target in ("gpu03", "gpu99", "fleet"):
+        with pytest.raises(PermissionDenied) as err:
+            authorize("U_ALICE", "C_RANDOM", [], target, settings)
+        messages[target] = str(err.value).replace(f"'{target}'", "'X'")
+    assert messages["gpu03"] == messages["gpu99"] == messages["fleet"]
+    assert "gpu03" not in messages["fleet"] and "inventory" not in messages["gpu99"]
+    # a user with no rule here hears the same for every name, known or not, before the inventory is read
+    for target in ("gpu01", "gpu99"):
+        with pytest.raises(PermissionDenied, match="no access rule covers you"):
+            authorize("U_MALLORY", "C_RANDOM", [], target, settings)
+    # granted every host: an unknown name is plainly unknown
+    star = settings.model_copy(update={"runner_access": [RunnerAccessRule(hosts=["*"], users=["U_ROOT"])]})
+    with pytest.raises(UnknownHost, match="'gpu99' is not a host or group"):
+        authorize("U_ROOT", "C_RANDOM", [], "gpu99", star)
+
+
+def test_hints_show_only_the_names_a_user_may_diagnose(settings):
+    from bot.runner.access import access_problem, visible_names
+
+    assert visible_names("U_ALICE", "C_RANDOM", [], settings) == ["gpu01", "gpu02", "a100"]
+    assert visible_names("U_MALLORY", "C_RANDOM", [], settings) == []
+    assert visible_names("U_BOB", "C_OPS", ["S_ONCALL"], settings) == ["bot-llm", "gpu01", "gpu02", "gpu03", "a100",
+                                                                         "fleet"]
+    assert access_problem("U_ALICE", "C_RANDOM", [], "gpu01", settings) is None
+    assert access_problem("U_ALICE", "C_RANDOM", [], "gpu03", settings) == access_problem(
+        "U_ALICE", "C_RANDOM", [], "gpu03", settings)
+    assert AuditLog(settings.runner_audit_db).runs() == []  # a hint or a field check is not a run
+
+
+def test_access_rules_naming_unknown_hosts_or_groups_fail_at_load(settings):
+    from bot.errors import ConfigError
+    from bot.runner.access import access_inventory
+
+    typo = settings.model_copy(update={"runner_access": [
+        RunnerAccessRule(hosts=["a100"], users=["U_ALICE"]),
+        RunnerAccessRule(hosts=["a10", "gpu01", "h100-pool"], users=["U_BOB"]),
+    ]})
+    with pytest.raises(ConfigError, match=r"rule 2 \('a10', 'h100-pool'\)") as err:
+        access_inventory(typo)
+    assert "not in the inventory" in str(err.value) and "a100" not in str(err.value).split("rule 2")[1]
+    with pytest.raises(ConfigError, match="rule 2"):
+        authorize("U_ALICE", "C_RANDOM", [], "gpu01", typo)  # every authorisation, not only the bad rule's
 
 
 def _write_runs(path: str, worker: int, n: int) -> None:

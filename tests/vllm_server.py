@@ -12,7 +12,8 @@ structured outputs, /metrics); only the text it writes is gibberish.
     server.start()                                           # again, same port
     server.stop()                                            # SIGTERM, then SIGKILL after 30 s
 
-Manual use (prints the base URL, stops on Ctrl-C):  .venv/bin/python tests/vllm_server.py [--port 8011]
+Manual use (prints the base URL; Ctrl-C or SIGTERM stops the server's whole process group):
+    .venv/bin/python tests/vllm_server.py [--port 8011]
 """
 
 from __future__ import annotations
@@ -201,7 +202,9 @@ class VLLMServer:
             return []
 
     def stop(self, timeout: float = 30.0) -> None:
-        """SIGTERM the API server (it shuts its EngineCore and Worker down), SIGKILL whatever is left."""
+        """SIGTERM the API server (it shuts its EngineCore and Worker down), SIGKILL whatever is left:
+        the tree, and then the server's whole process group (its own session), which also holds helpers
+        that were re-parented away from the tree, such as multiprocessing's resource tracker."""
         procs = self._tree()  # collect children first: they re-parent once the API server is gone
         if procs:
             try:
@@ -215,7 +218,17 @@ class VLLMServer:
                 except psutil.NoSuchProcess:
                     pass
             psutil.wait_procs(alive, timeout=5)
+        self._kill_group()
         self._reap()
+
+    def _kill_group(self) -> None:
+        # The kernel never hands out a PID still in use as a process group id, so this cannot hit a stranger.
+        if self._proc is None:
+            return
+        try:
+            os.killpg(self._proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
 
     def freeze(self) -> None:
         """SIGSTOP the whole tree: the server keeps its sockets but answers nothing (a hung server).
@@ -279,12 +292,19 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     server = VLLMServer(make_tiny_model(args.model_dir), port=args.port, max_model_len=args.max_model_len)
-    started = time.monotonic()
-    server.start()
-    print(
-        f"healthy after {time.monotonic() - started:.1f} s: VLLM_BASE_URL={server.base_url}  (log {server.log_path})"
-    )
+
+    def on_sigterm(_signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt  # `kill PID` ends like Ctrl-C: the finally below stops the server's group
+
+    signal.signal(signal.SIGTERM, on_sigterm)
     try:
+        started = time.monotonic()
+        server.start()
+        print(
+            f"healthy after {time.monotonic() - started:.1f} s: VLLM_BASE_URL={server.base_url}  "
+            f"(log {server.log_path})",
+            flush=True,
+        )
         while server.is_running():
             time.sleep(1)
     except KeyboardInterrupt:

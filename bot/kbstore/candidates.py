@@ -18,7 +18,7 @@ from bot.distill import distill
 from bot.kbstore.db import Database
 from bot.kbstore.suggest import generalise
 from bot.match import SignatureScanner
-from bot.redact import redact
+from bot.paste import redacted
 from indexer.text import clean_line, mask
 from kb.schema import Case
 
@@ -81,11 +81,11 @@ class CandidateStore:
         now: float | None = None,
     ) -> Candidate | None:
         """Record (or count again) a log; returns None for a text with nothing in it."""
-        safe = redact(_without_line_numbers(text)).strip()
+        safe = redacted(_without_line_numbers(text)).text.strip()
         if not safe:
             return None
         fingerprint, summary = _fingerprint(safe)
-        summary = redact(summary)[:MAX_SUMMARY]
+        summary = summary[:MAX_SUMMARY]  # from the redacted text
         safe = safe[-MAX_TEXT:]  # log tails carry the error
         now = time.time() if now is None else now
         with self.db.write() as conn:
@@ -94,8 +94,8 @@ class CandidateStore:
                                            seen, first_seen, last_seen)
                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?)
                    ON CONFLICT (fingerprint) DO UPDATE SET
-                       seen = seen + 1, last_seen = excluded.last_seen, reason = excluded.reason,
-                       case_id = COALESCE(excluded.case_id, case_id), channel = excluded.channel,
+                       seen = candidates.seen + 1, last_seen = excluded.last_seen, reason = excluded.reason,
+                       case_id = COALESCE(excluded.case_id, candidates.case_id), channel = excluded.channel,
                        user_id = excluded.user_id, answer_id = excluded.answer_id, text = excluded.text""",
                 (fingerprint, reason, summary, safe, case_id, channel, user_id, answer_id, now, now),
             )
@@ -114,10 +114,12 @@ class CandidateStore:
     def counts(self) -> dict[str, int]:
         with self.db.read() as conn:
             row = conn.execute(
-                """SELECT COALESCE(SUM(resolved_by IS NULL), 0) AS open,
-                          COALESCE(SUM(resolved_by IS NOT NULL), 0) AS resolved,
-                          COALESCE(SUM(resolved_by IS NULL AND reason = 'unknown'), 0) AS unknown,
-                          COALESCE(SUM(resolved_by IS NULL AND reason = 'not_helpful'), 0) AS not_helpful
+                """SELECT COALESCE(SUM(CASE WHEN resolved_by IS NULL THEN 1 ELSE 0 END), 0) AS open,
+                          COALESCE(SUM(CASE WHEN resolved_by IS NOT NULL THEN 1 ELSE 0 END), 0) AS resolved,
+                          COALESCE(SUM(CASE WHEN resolved_by IS NULL AND reason = 'unknown' THEN 1 ELSE 0 END), 0)
+                              AS unknown,
+                          COALESCE(SUM(CASE WHEN resolved_by IS NULL AND reason = 'not_helpful' THEN 1 ELSE 0 END), 0)
+                              AS not_helpful
                    FROM candidates"""
             ).fetchone()
         return {k: int(row[k]) for k in ("open", "resolved", "unknown", "not_helpful")}

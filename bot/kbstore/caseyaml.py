@@ -14,13 +14,14 @@ from typing import Any
 
 import yaml
 
+from bot.paste import redacted
 from kb.loader import KBError, parse_case_text  # noqa: F401 - re-exported for bot.kbstore users
 from kb.schema import Case
 
 # Optional fields left out of the file when they hold their default (keeps new files as short as the
 # hand-written ones).
 _OMIT_WHEN_EMPTY = (
-    "secondary", "keywords", "checks", "affects", "fixed_in", "summary_zh", "cause_zh", "keywords_zh",
+    "rules", "keywords", "checks", "affects", "fixed_in", "summary_zh", "cause_zh", "keywords_zh",
 )
 
 
@@ -42,8 +43,24 @@ def _clean_block(text: str) -> str:
     return "\n".join(line.rstrip() for line in text.strip("\n").splitlines()) + "\n"
 
 
+# Fields kept verbatim: regexes (a redaction mark would change what they match) and identifiers.
+_NOT_REDACTED = frozenset({"id", "signatures", "area", "severity", "role", "checks"})
+
+
+def _redacted(value: Any) -> Any:
+    """Every string in a case's data, redacted: a case comes from user text (Slack form, `kb add`)."""
+    if isinstance(value, str):
+        return redacted(value).text
+    if isinstance(value, list):
+        return [_redacted(v) for v in value]
+    if isinstance(value, dict):
+        return {k: (v if k in _NOT_REDACTED else _redacted(v)) for k, v in value.items()}
+    return value
+
+
 def case_to_data(case: Case) -> dict[str, Any]:
-    data = case.model_dump(mode="json", exclude_none=True)
+    """The case as plain data, as it will be written: secrets redacted, log blocks cleaned."""
+    data = _redacted(case.model_dump(mode="json", exclude_none=True))
     for key in _OMIT_WHEN_EMPTY:
         if not data.get(key):
             data.pop(key, None)

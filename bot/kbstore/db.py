@@ -1,26 +1,25 @@
-"""The KB-growth SQLite file: feedback votes, candidates for new cases, submissions awaiting review.
+"""The KB-growth store: feedback votes, candidates for new cases, submissions awaiting review.
 
-One file (settings.kb_db_path), WAL mode so the bot's readers never wait for a writer, a busy timeout so
-two processes (the bot and `vllm-doctor kb …`) can share it. One connection per thread, kept open:
-sqlite3 connections must not be shared between threads, and closing the last connection to a WAL file
-checkpoints it (~3 ms), which a connection per operation would pay on every vote.
-Writes use BEGIN IMMEDIATE, so read-modify-write sequences (claiming a submission) are serialised.
+Lives in bot/storage: its own SQLite file (settings.kb_db_path) or the shared PostgreSQL server
+(VLLM_DOCTOR_DATABASE_URL), so every replica sees every vote and submission. Opened on first use.
+Writes are single transactions that take the write lock first (SQLite BEGIN IMMEDIATE, row locks on
+PostgreSQL), so read-modify-write sequences (claiming a submission) are serialised.
 """
 
 from __future__ import annotations
 
-import sqlite3
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from bot.errors import ConfigError
+from bot.storage import Connection, Migration, StorageError, open_database
+from bot.storage import Database as Storage
+from bot.storage.migrations import SchemaTooNew, migrate
 
-SCHEMA_VERSION = 1
-BUSY_TIMEOUT_MS = 10_000
-
-_SCHEMA = """
+MIGRATIONS = [
+    Migration(1, "votes, candidates, submissions", """
 CREATE TABLE IF NOT EXISTS votes (
     answer_id   TEXT NOT NULL,
     user_id     TEXT NOT NULL,
@@ -73,82 +72,64 @@ CREATE TABLE IF NOT EXISTS submissions (
     created_at    REAL NOT NULL,
     updated_at    REAL NOT NULL
 );
-CREATE INDEX IF NOT EXISTS submissions_by_status ON submissions (status, created_at);
-"""
+CREATE INDEX IF NOT EXISTS submissions_by_status ON submissions (status, created_at)
+"""),
+    Migration(2, "kb_changes: case files shared between replicas (bot/kbstore/sync.py)", """
+CREATE TABLE IF NOT EXISTS kb_changes (
+    version INTEGER PRIMARY KEY AUTOINCREMENT,
+    relpath TEXT NOT NULL,
+    content TEXT NOT NULL,
+    replica TEXT NOT NULL,
+    created REAL NOT NULL
+)
+"""),
+]
 
 
 class Database:
-    """Path + schema. `with db.read() as conn` / `with db.write() as conn` (one transaction)."""
+    """Where the KB-growth tables live. `with db.read() as conn` / `with db.write() as conn` (one
+    transaction)."""
 
-    def __init__(self, path: Path | str):
-        self.path = Path(path)
-        self._ready = False
+    def __init__(self, target: Path | str):
+        self.target = target
+        self.path = target if isinstance(target, str) and "://" in target else Path(target)
+        self._storage: Storage | None = None
         self._init_lock = threading.Lock()
-        self._local = threading.local()
 
-    def _connect(self) -> sqlite3.Connection:
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
-        except (OSError, sqlite3.Error) as exc:
-            raise ConfigError(f"cannot open the KB database {self.path}: {exc} (setting VLLM_DOCTOR_KB_DB)") from exc
-        conn.row_factory = sqlite3.Row
-        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-        conn.execute("PRAGMA foreign_keys = ON")
-        # WAL + NORMAL: a commit survives a crash of the process (not necessarily a power cut), at ~1 ms a write
-        conn.execute("PRAGMA synchronous = NORMAL")
-        return conn
-
-    def _ensure_schema(self) -> None:
-        if self._ready:
-            return
+    @property
+    def storage(self) -> Storage:
+        if self._storage is not None:
+            return self._storage
         with self._init_lock:
-            if self._ready:
-                return
-            conn = self._connect()
-            try:
-                mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-                if str(mode).lower() != "wal":  # e.g. a network file system; still correct, just slower
-                    conn.execute("PRAGMA journal_mode = DELETE")
-                conn.execute("BEGIN IMMEDIATE")
-                version = conn.execute("PRAGMA user_version").fetchone()[0]
-                if version > SCHEMA_VERSION:
-                    conn.execute("ROLLBACK")
-                    raise ConfigError(
-                        f"{self.path} was written by a newer vllm-doctor (schema {version} > {SCHEMA_VERSION})"
-                    )
-                for statement in _SCHEMA.split(";\n"):  # not executescript(): it would COMMIT first
-                    if statement.strip():
-                        conn.execute(statement)
-                conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-                conn.execute("COMMIT")
-            except sqlite3.Error as exc:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise ConfigError(f"cannot initialise the KB database {self.path}: {exc}") from exc
-            finally:
-                conn.close()
-            self._ready = True
+            if self._storage is None:
+                try:
+                    storage = open_database(self.path, "KB database", "VLLM_DOCTOR_KB_DB")
+                    migrate(storage, "kb", MIGRATIONS)
+                except SchemaTooNew:
+                    raise
+                except ConfigError as exc:
+                    if "VLLM_DOCTOR_KB_DB" in str(exc):  # already says which file and setting
+                        raise
+                    raise ConfigError(f"cannot open the KB database {self.path}: {exc} "
+                                      "(setting VLLM_DOCTOR_KB_DB or VLLM_DOCTOR_DATABASE_URL)") from exc
+                except StorageError as exc:
+                    raise ConfigError(f"cannot open the KB database {self.path}: {exc} "
+                                      "(setting VLLM_DOCTOR_KB_DB or VLLM_DOCTOR_DATABASE_URL)") from exc
+                self._storage = storage
+        return self._storage
 
-    def _conn(self) -> sqlite3.Connection:
-        self._ensure_schema()
-        conn = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = self._local.conn = self._connect()
-        return conn
+    @property
+    def read_only(self) -> bool:
+        """The SQLite file cannot be written here: reading commands work, saving says why not."""
+        return bool(getattr(self.storage, "read_only", False))
 
     @contextmanager
-    def read(self) -> Iterator[sqlite3.Connection]:
-        yield self._conn()
-
-    @contextmanager
-    def write(self) -> Iterator[sqlite3.Connection]:
-        """One IMMEDIATE transaction: committed on success, rolled back on any exception."""
-        conn = self._conn()
-        conn.execute("BEGIN IMMEDIATE")
-        try:
+    def read(self) -> Iterator[Connection]:
+        with self.storage.read() as conn:
             yield conn
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        conn.execute("COMMIT")
+
+    @contextmanager
+    def write(self) -> Iterator[Connection]:
+        """One transaction: committed on success, rolled back on any exception."""
+        with self.storage.write() as conn:
+            yield conn

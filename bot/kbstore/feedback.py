@@ -32,7 +32,7 @@ _LATEST_PER_USER = """
         SELECT case_id, user_id, value,
                ROW_NUMBER() OVER (PARTITION BY case_id, user_id ORDER BY updated_at DESC, answer_id DESC) AS rn
         FROM votes WHERE case_id IS NOT NULL {where}
-    ) WHERE rn = 1
+    ) AS latest WHERE rn = 1
 """
 
 
@@ -140,8 +140,8 @@ class FeedbackStore:
         with self.db.read() as conn:
             row = conn.execute(
                 """SELECT COUNT(*) AS votes, COUNT(DISTINCT user_id) AS users,
-                          COALESCE(SUM(value = 'fixed'), 0) AS fixed,
-                          COALESCE(SUM(value = 'not_helpful'), 0) AS not_helpful
+                          COALESCE(SUM(CASE WHEN value = 'fixed' THEN 1 ELSE 0 END), 0) AS fixed,
+                          COALESCE(SUM(CASE WHEN value = 'not_helpful' THEN 1 ELSE 0 END), 0) AS not_helpful
                    FROM votes"""
             ).fetchone()
         return {k: int(row[k]) for k in ("votes", "users", "fixed", "not_helpful")}

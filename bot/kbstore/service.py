@@ -42,8 +42,10 @@ from bot.kbstore.suggest import (
     suggest_signatures,
     suggest_title,
 )
+from bot.kbstore.sync import publish
 from bot.kbstore.writer import CaseWriter, Written
-from bot.redact import redact
+from bot.paste import Paste, redacted
+from bot.storage import StorageError
 from kb.loader import DEFAULT_CASES_DIR, load_case_file
 from kb.schema import AREAS, Case, Example
 
@@ -134,10 +136,11 @@ class KBGrowth:
         *,
         group_members: Callable[[str], Collection[str]] | None = None,
         attach_priors: bool = True,
+        replica: str | None = None,
     ):
         self.settings = settings
         self.engine = engine
-        self.db = Database(settings.kb_db_path)
+        self.db = Database(settings.store_target(settings.kb_db_path))
         self.feedback = FeedbackStore(self.db)
         self.candidates = CandidateStore(self.db)
         self.submissions = SubmissionStore(self.db)
@@ -150,6 +153,7 @@ class KBGrowth:
                 self.write_dir, read_dir,
             )
         self.writer = CaseWriter(self.write_dir)
+        self.replica = replica or "local"  # who published a KB change (bot/kbstore/sync.py)
         self.reviewers = ReviewerPolicy(settings.kb_reviewers, settings.kb_reviewer_group, group_members)
         self.duplicate_threshold = float(settings.kb_duplicate_threshold)
         self._healthy_dir = Path(settings.kb_healthy_logs_dir) if settings.kb_healthy_logs_dir else None
@@ -203,20 +207,21 @@ class KBGrowth:
         return Checked(case, report, nearest, likely_duplicates(nearest, self.duplicate_threshold))
 
     # -- Slack: draft → check → stage → submit → review ---------------------------------------------------
-    def suggest(self, text: str, *, permalink: str | None = None,
+    def suggest(self, text: str | Paste, *, permalink: str | None = None,
                 more_examples: Sequence[tuple[str, str]] = ()) -> tuple[CaseForm, list[SignatureSuggestion], list[Similar]]:
         """Pre-fill from a log: its evidence lines as the first example, suggested signatures, title, area,
         and the nearest known cases. Nothing is stored."""
-        distilled = distill(text)
+        paste = redacted(text)  # from here on only the redacted text exists
+        distilled = distill(paste)
         matches: tuple[Any, ...] = ()
         try:
-            matches = self.engine.diagnose(text).matches
+            matches = self.engine.diagnose(paste).matches
         except UserInputError:
             pass
-        suggestions = suggest_signatures(text, healthy=self.healthy, others=self._others(), distilled=distilled)
-        blocks = [f"{permalink or 'https://slack.com/'}\n{example_text(text, distilled)}"]
+        suggestions = suggest_signatures(paste.text, healthy=self.healthy, others=self._others(), distilled=distilled)
+        blocks = [f"{permalink or 'https://slack.com/'}\n{example_text(paste.text, distilled)}"]
         for url, more in more_examples:
-            blocks.append(f"{url}\n{example_text(more)}")
+            blocks.append(f"{url}\n{example_text(redacted(more).text)}")
         form = CaseForm(
             title=suggest_title(distilled),
             area=suggest_area(distilled, matches),
@@ -229,7 +234,7 @@ class KBGrowth:
 
     def draft_from_log(
         self,
-        text: str,
+        text: str | Paste,
         *,
         author_id: str,
         author_name: str = "",
@@ -239,14 +244,15 @@ class KBGrowth:
         more_examples: Sequence[tuple[str, str]] = (),
     ) -> Draft:
         """suggest(), and a draft submission that the Slack form refers to by id."""
-        form, suggestions, nearest = self.suggest(text, permalink=permalink, more_examples=more_examples)
+        paste = redacted(text)
+        form, suggestions, nearest = self.suggest(paste, permalink=permalink, more_examples=more_examples)
         sub = self.submissions.create_draft(
             author_id=author_id,
             author_name=author_name,
             channel=channel,
             message_ts=message_ts,
             permalink=permalink,
-            source_text=redact(text)[-MAX_SOURCE_TEXT:],
+            source_text=paste.text[-MAX_SOURCE_TEXT:],
             prefill={
                 "form": form.as_dict(),
                 "nearest": [dataclasses.asdict(s) for s in nearest],
@@ -359,10 +365,10 @@ class KBGrowth:
                 data["examples"].append(ex.model_dump(mode="json"))
                 if ex.source not in data["references"]:
                     data["references"].append(ex.source)
-                probe = Case.model_construct(id=case_id, secondary=False, signatures=signatures)
+                probe = Case.model_construct(id=case_id, signatures=signatures)
                 if not signature_fires(probe, distill(ex.log).cleaned):
                     for pattern in candidate_signatures:
-                        single = Case.model_construct(id=case_id, secondary=False, signatures=[pattern])
+                        single = Case.model_construct(id=case_id, signatures=[pattern])
                         if pattern not in signatures and signature_fires(single, distill(ex.log).cleaned):
                             signatures.append(pattern)
                             break
@@ -383,6 +389,12 @@ class KBGrowth:
         started = time.perf_counter()
         if self.live:
             self.engine.reload_if_changed()
+        if getattr(self.settings, "database_url", None):  # the other replicas apply it within VLLM_DOCTOR_KB_POLL seconds
+            try:
+                publish(self.db, self.write_dir, written.path, self.replica)
+            except (StorageError, OSError, ValueError) as exc:
+                log.error("case %s is live here but could not be shared with other replicas: %s",
+                          written.case.id, exc)
         seconds = time.perf_counter() - started
         if commit is not None and not commit.ok:
             log.warning("case %s written but not committed: %s", written.case.id, commit.detail)

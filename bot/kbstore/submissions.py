@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import json
 import secrets
-import sqlite3
 import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from bot.errors import ReviewConflict
 from bot.kbstore.db import Database
+from bot.storage import Row
 
 Status = Literal["draft", "pending", "approving", "approved", "rejected"]
 Kind = Literal["new", "example"]
@@ -56,7 +56,7 @@ class Submission:
         return str(self.prefill.get("title", ""))
 
 
-def _row(row: sqlite3.Row | None) -> Submission | None:
+def _row(row: Row | None) -> Submission | None:
     if row is None:
         return None
     return Submission(
@@ -189,7 +189,10 @@ class SubmissionStore:
 
     def recover(self, older_than_s: float = STALE_APPROVING_S) -> int:
         """Approvals interrupted by a crash go back to pending (their file, if written, is found again by
-        id collision handling and the reviewer simply approves again)."""
+        id collision handling and the reviewer simply approves again). Nothing to do on a read-only file."""
+        with self.db.read() as _:
+            if self.db.read_only:
+                return 0
         with self.db.write() as conn:
             cur = conn.execute(
                 "UPDATE submissions SET status = 'pending', reviewer_id = NULL, updated_at = ? "

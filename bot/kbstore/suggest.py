@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from bot.distill import distill
 from bot.kbstore.lint import cleaned_lines, signature_fires
 from bot.models import Distilled, LogLine, Match
+from bot.paste import Paste, redacted
 from bot.redact import redact
 from kb.schema import AREAS, Case
 
@@ -137,7 +138,7 @@ def generalise(line: str) -> str | None:
 def _probe_case(pattern: str) -> Case:
     """A throw-away case holding one pattern, so the KB's own scanner can test it (not validated: the
     pattern was compiled above)."""
-    return Case.model_construct(id="suggestion", secondary=False, signatures=[pattern])
+    return Case.model_construct(id="suggestion", signatures=[pattern])
 
 
 def suggest_signatures(
@@ -222,18 +223,19 @@ def suggest_area(distilled: Distilled, nearest: Sequence[Match] = ()) -> str:
     return next(a for a in AREAS if votes[a] == best)
 
 
-def example_text(raw: str, distilled: Distilled | None = None, limit: int = MAX_EXAMPLE_CHARS) -> str:
+def example_text(raw: str | Paste, distilled: Distilled | None = None, limit: int = MAX_EXAMPLE_CHARS) -> str:
     """The verbatim (redacted) lines of the paste that distillation kept, trimmed to fit a form field:
     root errors first, then the context lines closest to them."""
+    raw = redacted(raw).text  # the whole paste at once: a PEM block spans lines
     distilled = distilled or distill(raw)
     lines = raw.replace("\r\n", "\n").replace("\r", "\n").split("\n")
     chosen = [e for e in distilled.evidence if 0 < e.line_no <= len(lines)][:MAX_EXAMPLE_LINES]
     if not chosen:
-        return redact("\n".join(line for line in lines if line.strip())[-limit:])
+        return "\n".join(line for line in lines if line.strip())[-limit:]
     roots = {r.line_no for r in distilled.root_errors}
 
     def text_of(no: int) -> str:
-        line = redact(lines[no - 1].rstrip())
+        line = lines[no - 1].rstrip()
         return line if len(line) <= 400 else line[:400] + " …"
 
     keep = [e.line_no for e in chosen]

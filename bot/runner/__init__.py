@@ -42,10 +42,12 @@ __all__ = [
     "HostReport",
     "Inventory",
     "authorize",
+    "check_hosts",
     "load_inventory",
     "load_report",
     "local_host",
     "parse_request",
+    "planned_checks",
     "resolve_target",
     "run_diagnosis",
     "validate_target",
@@ -100,7 +102,7 @@ def run_diagnosis(
             inv = inventory_from_settings(settings)
         if hosts is None:
             hosts = resolve_target(target, settings, inv)
-    audit = AuditLog(settings.runner_audit_db)
+    audit = AuditLog(settings.store_target(settings.runner_audit_db))
     run_id = audit.start(
         user_id=user_id or (f"cli:{_login()}" if source == "cli" else None), channel_id=channel_id,
         source=source, target=target, hosts=[h.name for h in hosts], checks=[c.id for c in selected],
@@ -109,6 +111,9 @@ def run_diagnosis(
     started = time.time()
     try:
         reports = _run_sync(_diagnose(hosts, selected, catalogue, settings, local, progress, inv))
+    except (KeyboardInterrupt, SystemExit) as exc:  # Ctrl-C, or SIGTERM through the CLI's handler
+        audit.finish(run_id, None, error=f"interrupted ({type(exc).__name__} {exc})".strip(), status="interrupted")
+        raise
     except BaseException as exc:
         audit.finish(run_id, None, error=f"{type(exc).__name__}: {exc}")
         raise
@@ -116,6 +121,30 @@ def run_diagnosis(
                              started_at=started, duration_s=time.time() - started)
     audit.finish(run_id, report)
     return report
+
+
+def check_hosts(hosts: list[Host], *, settings, checks: list[str] | None = None, max_tier: int = 0,
+                progress: Callable[[str], None] | None = None) -> list[HostReport]:
+    """Run the catalogue on already authorized hosts, without an audit row: one slice of a group run
+    whose audit row the fleet queue's owner keeps (bot/runner/fleet.py)."""
+    from bot.runner.catalogue import load_catalogue, select_checks
+
+    catalogue = load_catalogue(settings.runner_checks_dir)
+    selected, problems = select_checks(catalogue, checks, max_tier)
+    if problems:
+        raise UserInputError("; ".join(problems))
+    inv = inventory_from_settings(settings) if settings.runner_inventory is not None else None
+    return _run_sync(_diagnose(hosts, selected, catalogue, settings, False, progress, inv))
+
+
+def planned_checks(settings, checks: list[str] | None, max_tier: int) -> list[str]:
+    """The check ids a run of `checks` up to `max_tier` will execute (for the audit row)."""
+    from bot.runner.catalogue import load_catalogue, select_checks
+
+    selected, problems = select_checks(load_catalogue(settings.runner_checks_dir), checks, max_tier)
+    if problems:
+        raise UserInputError("; ".join(problems))
+    return [c.id for c in selected]
 
 
 async def _diagnose(hosts, selected, catalogue, settings, local, progress, inventory):

@@ -20,21 +20,24 @@ from kb.checks_schema import (
     Check,
     CheckCatalogue,
     FactRef,
+    Rule,
     load_checks,
 )
 from kb.loader import KBError
 
+MISSING_FACT = "missing"  # the only own fact of `if_missing` rules: the absent binaries
 
-def _fact_paths(check: Check) -> Iterable[tuple[str, str]]:
-    """(where, path) for every fact a check's rules mention."""
-    for i, rule in enumerate(check.rules):
+
+def _fact_paths(check: Check, rules: list[Rule] | None = None, field: str = "rules") -> Iterable[tuple[str, str]]:
+    """(where, path) for every fact a check's rules (or `if_missing` rules) mention."""
+    for i, rule in enumerate(check.rules if rules is None else rules):
         for path, ops in (rule.when or {}).items():
-            yield f"rules.{i}.when", path
+            yield f"{field}.{i}.when", path
             for op, operand in ops.items():
                 if isinstance(operand, FactRef):
-                    yield f"rules.{i}.when.{path}.{op}", operand.fact
+                    yield f"{field}.{i}.when.{path}.{op}", operand.fact
         for placeholder in PLACEHOLDER_RE.findall(rule.message):
-            yield f"rules.{i}.message", placeholder.partition("|")[0]
+            yield f"{field}.{i}.message", placeholder.partition("|")[0]
 
 
 def _facts_of(check: Check) -> tuple[frozenset[str], frozenset[str]]:
@@ -84,6 +87,12 @@ def validate(catalogue: CheckCatalogue) -> None:
         for where, path in _fact_paths(check):
             problem = _path_problem(path, check, catalogue.checks)
             if problem:
+                problems.append(f"field '{where}' (check {check_id}): {problem}")
+        for where, path in _fact_paths(check, check.if_missing, "if_missing"):
+            if path != MISSING_FACT and not path.startswith("host:"):
+                problems.append(f"field '{where}' (check {check_id}): if_missing rules see only "
+                                f"{MISSING_FACT!r} and host fields, not {path!r}")
+            elif path.startswith("host:") and (problem := _path_problem(path, check, catalogue.checks)):
                 problems.append(f"field '{where}' (check {check_id}): {problem}")
         if problems:
             raise KBError(directory / file_name, problems)

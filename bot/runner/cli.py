@@ -9,7 +9,11 @@ Exit status: 0 no failures, 1 some check failed/errored/timed out or a host coul
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 
@@ -30,7 +34,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     local.add_argument("--python", help="Python that runs vLLM (default: VLLM_DOCTOR_LOCAL_PYTHON or python3)")
     local.add_argument("--endpoint", help="vLLM server base URL to probe, e.g. http://127.0.0.1:8000")
     local.add_argument("--serve-port", type=int, help="port vLLM should serve on (default: from --endpoint or 8000)")
-    local.add_argument("--expected-gpus", type=int, help="how many GPUs the machine should have")
+    local.add_argument("--expected-gpus", type=int, help="how many GPUs the machine should have (0: CPU-only)")
+    local.add_argument("--gpu-memory-utilization", type=float,
+                       help="share of each GPU's memory vLLM will take (default 0.9, vLLM's default)")
     local.add_argument("--model-dir", help="model directory to check")
     local.add_argument("--served-model", help="model name /v1/models should list")
 
@@ -52,6 +58,7 @@ def run(args: argparse.Namespace, settings) -> int:
     if args.local:
         fields = {"python": args.python, "endpoint": args.endpoint, "serve_port": args.serve_port,
                   "expected_gpus": args.expected_gpus, "model_dir": args.model_dir,
+                  "gpu_memory_utilization": args.gpu_memory_utilization,
                   "served_model": args.served_model}
         given = {k: v for k, v in fields.items() if v is not None}
         try:
@@ -61,10 +68,11 @@ def run(args: argparse.Namespace, settings) -> int:
         validated = host_from_spec("local", spec)  # derives serve_port from --endpoint
         hosts = [local_host(settings, python=spec.python, endpoint=validated.endpoint,
                             serve_port=validated.serve_port, expected_gpus=validated.expected_gpus,
-                            model_dir=validated.model_dir, served_model=validated.served_model)]
+                            model_dir=validated.model_dir, served_model=validated.served_model,
+                            gpu_memory_utilization=validated.gpu_memory_utilization)]
 
     show = _Progress(enabled=not args.no_progress and sys.stderr.isatty())
-    with show:
+    with show, _sigterm_ends_the_run():
         report = run_diagnosis(args.target or "", settings=settings, checks=args.checks, max_tier=args.tier,
                                local=args.local, hosts=hosts, progress=show.update)
     if args.raw:
@@ -74,6 +82,25 @@ def run(args: argparse.Namespace, settings) -> int:
     else:
         _print_text(report)
     return 0 if report.verdict in ("ok", "warn", "skipped") else 1
+
+
+@contextlib.contextmanager
+def _sigterm_ends_the_run() -> Iterator[None]:
+    """SIGTERM (kill, systemd stop, a CI timeout) unwinds the run like Ctrl-C: the running probes' process
+    groups are killed and the audit row is closed as `interrupted`, instead of Python dying on the spot
+    and leaving the row `running`. Exit status 143 (128 + SIGTERM), as if the signal had killed us."""
+
+    def on_sigterm(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers can only be set from the main thread
+        return
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 class _Progress:

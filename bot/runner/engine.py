@@ -15,12 +15,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from bot.errors import RunnerError
+from bot.ops import metrics
 from bot.redact import redact
 from bot.runner.inventory import Host
-from bot.runner.parsers import REGISTRY, Output, ParseError
+from bot.runner.parsers import REGISTRY, Output, ParseError, Unavailable
 from bot.runner.report import CheckResult, HostReport
-from bot.runner.rules import FactView, evaluate
-from bot.runner.transport import CommandResult, Connector, Session
+from bot.runner.rules import FactView, evaluate, evaluate_rules
+from bot.runner.transport import CommandResult, Connector, Session, describe_signal
 from kb.checks_schema import PLACEHOLDER_RE, Check, CheckCatalogue
 
 KILL_GRACE_S = 5  # `timeout -k 5`: SIGKILL this long after SIGTERM
@@ -89,13 +90,19 @@ def judge(check: Check, spec: CommandSpec, res: CommandResult, host: Host) -> tu
     stdout, stderr = redact(res.stdout), redact(res.stderr)
     if res.error:
         return _result(check, "error", res.error, stdout=stdout, stderr=stderr, **common), None
-    if res.client_timeout or res.remote_timeout:
-        killed = "killed on the host" if res.remote_timeout else "no exit status; the host may be overloaded"
+    on_host = res.timed_out_on_host(spec.timeout_s)
+    if res.client_timeout or on_host:
+        killed = "killed on the host" if on_host else "no exit status; the host may be overloaded"
         return _result(check, "timeout", f"no answer within {spec.timeout_s:g} s ({killed})",
+                       stdout=stdout, stderr=stderr, **common), None
+    if res.signal is not None:  # a crash, not an answer: what the output says is beside the point
+        return _result(check, "error", f"the command crashed: {describe_signal(res.signal)}",
                        stdout=stdout, stderr=stderr, **common), None
     parser = REGISTRY[check.parser or ""]
     try:
         facts = parser(Output(stdout, stderr, res.rc or 0))
+    except Unavailable as exc:
+        return _result(check, "skipped", str(exc), stdout=stdout, stderr=stderr, **common), None
     except ParseError as exc:
         return _result(check, "error", f"could not read the output: {exc}", stdout=stdout, stderr=stderr,
                        **common), None
@@ -103,6 +110,16 @@ def judge(check: Check, spec: CommandSpec, res: CommandResult, host: Host) -> tu
     outcome = evaluate(check, FactView(own, {}, host.facts()))
     return _result(check, outcome.verdict, outcome.message, cases=list(outcome.cases), stdout=stdout,
                    stderr=stderr, facts=facts, **common), own
+
+
+def judge_missing(check: Check, absent: list[str], host: Host) -> CheckResult:
+    """A required binary is not on the host's PATH: `skipped`, unless the check's `if_missing` rules say
+    what its absence means for this host (no nvidia-smi on a host that should have GPUs is a failure)."""
+    names = ", ".join(absent)
+    if not check.if_missing:
+        return _result(check, "skipped", f"{names} not found on the host's PATH")
+    outcome = evaluate_rules(check.id, check.if_missing, FactView({"missing": names}, {}, host.facts()))
+    return _result(check, outcome.verdict, outcome.message, cases=list(outcome.cases))
 
 
 def judge_derived(check: Check, results: dict[str, CheckResult], facts: dict[str, dict], host: Host) -> CheckResult:
@@ -168,7 +185,7 @@ async def diagnose_host(
             absent = [b for b in spec.binaries if b not in available]
             if absent:
                 for check in group:
-                    results[check.id] = _result(check, "skipped", f"{', '.join(absent)} not found on the host's PATH")
+                    results[check.id] = judge_missing(check, absent, host)
             else:
                 res = await session.run(spec.wrapped(), stdin=spec.stdin, timeout_s=spec.timeout_s)
                 for check in group:
@@ -236,12 +253,17 @@ async def diagnose_hosts(
                 report = await diagnose_host(host, connector, checks, catalogue, say)
             except Exception as exc:  # a bug must not take the other hosts down; it is reported per host
                 report = HostReport(host=host.name, address=host.connect_to, error=f"internal error: {exc!r}",
-                                    error_kind=type(exc).__name__)
+                                    error_kind="InternalError")
             done += 1
             say(f"{host.name}: {report.verdict}")
             return report
 
     try:
-        return list(await asyncio.gather(*(one(h) for h in hosts)))
+        reports = list(await asyncio.gather(*(one(h) for h in hosts)))
     finally:
         await connector.close()
+    for report in reports:
+        for check in report.checks:
+            metrics.RUNNER_CHECKS.labels(verdict=check.verdict).inc()
+            metrics.RUNNER_CHECK_SECONDS.observe(check.duration_s)
+    return reports

@@ -46,6 +46,7 @@ _PYTHON_RE = re.compile(r"^(?:/[A-Za-z0-9._+/-]+|[A-Za-z0-9][A-Za-z0-9._+-]*)$")
 _PATH_RE = re.compile(r"^/[^\x00-\x1f]*$")
 _RANGE_RE = re.compile(r"\[(?P<start>[0-9]+|[a-z]):(?P<end>[0-9]+|[a-z])\]")
 DEFAULT_SERVE_PORT = 8000
+DEFAULT_GPU_MEMORY_UTILIZATION = 0.9  # vLLM's --gpu-memory-utilization default
 
 
 class HostSpec(BaseModel):
@@ -61,7 +62,10 @@ class HostSpec(BaseModel):
     python: str | None = Field(None, description="Python that runs vLLM on the host (absolute path or name)")
     endpoint: str | None = Field(None, description="Base URL of the vLLM server, probed from the host")
     serve_port: int | None = Field(None, ge=1, le=65535, description="Port vLLM should serve on (default 8000)")
-    expected_gpus: int | None = Field(None, ge=0, le=256)
+    expected_gpus: int | None = Field(None, ge=0, le=256, description="GPUs the host should have; 0 = CPU-only")
+    gpu_memory_utilization: float | None = Field(
+        None, gt=0, le=1, description="Share of each GPU's memory vLLM will take (vLLM's default 0.9)"
+    )
     model_dir: str | None = Field(None, description="Model directory to check on the host")
     served_model: str | None = Field(None, description="Model name /v1/models should list")
 
@@ -138,6 +142,7 @@ class Host:
     endpoint: str | None = None
     serve_port: int = DEFAULT_SERVE_PORT
     expected_gpus: int | None = None
+    gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION
     model_dir: str | None = None
     served_model: str | None = None
 
@@ -149,7 +154,7 @@ class Host:
         """Inventory fields the checks may read as `host:<name>` (and use as command placeholders)."""
         return {"python": self.python, "serve_port": self.serve_port, "endpoint": self.endpoint,
                 "model_dir": self.model_dir, "served_model": self.served_model,
-                "expected_gpus": self.expected_gpus}
+                "expected_gpus": self.expected_gpus, "gpu_memory_utilization": self.gpu_memory_utilization}
 
 
 def host_from_spec(name: str, spec: HostSpec) -> Host:
@@ -161,6 +166,7 @@ def host_from_spec(name: str, spec: HostSpec) -> Host:
         key=str(Path(spec.key).expanduser()) if spec.key else None, proxy_jump=spec.proxy_jump,
         python=spec.python or "python3", endpoint=spec.endpoint, serve_port=serve_port or DEFAULT_SERVE_PORT,
         expected_gpus=spec.expected_gpus, model_dir=spec.model_dir, served_model=spec.served_model,
+        gpu_memory_utilization=spec.gpu_memory_utilization or DEFAULT_GPU_MEMORY_UTILIZATION,
     )  # fmt: skip
 
 
@@ -246,7 +252,7 @@ _ANSIBLE_VARS = {
     "ansible_ssh_private_key_file": "key", "ansible_python_interpreter": "python",
 }  # fmt: skip
 _EXTRA_PREFIX = "vllm_doctor_"
-_EXTRA_FIELDS = ("endpoint", "serve_port", "expected_gpus", "model_dir", "served_model", "python", "proxy_jump",
+_EXTRA_FIELDS = ("endpoint", "serve_port", "expected_gpus", "gpu_memory_utilization", "model_dir", "served_model", "python", "proxy_jump",
                  "address", "port", "user", "key")
 
 

@@ -58,12 +58,17 @@ class LocalSession:
             out, err = await asyncio.wait_for(
                 proc.communicate(stdin.encode() if stdin is not None else None), timeout_s + CLIENT_GRACE_S
             )
-        except (TimeoutError, asyncio.CancelledError) as exc:
+        except TimeoutError:
             _kill_group(proc.pid)
             await proc.wait()
-            if isinstance(exc, asyncio.CancelledError):
-                raise
             return CommandResult(None, "", "", time.monotonic() - start, client_timeout=True)
+        except asyncio.CancelledError:
+            _kill_group(proc.pid)
+            await proc.wait()
+            raise
+        except BaseException:  # SystemExit/KeyboardInterrupt raised inside this step (CLI SIGTERM, Ctrl-C)
+            _kill_group(proc.pid)
+            raise
         return CommandResult(
             proc.returncode,
             clip(out.decode("utf-8", "replace")),

@@ -1,7 +1,7 @@
 """What a diagnosis run produced: per host, per check verdicts, plus the raw outputs for upload.
 
 `DiagnosisReport.to_json()` is the stable contract of `vllm-doctor diagnose --json` and of the Slack
-layer: {"hosts": [{"host", "error", "checks": [{"id", "verdict", "message", "cases", "duration_s"}]}]}.
+layer: {"hosts": [{"host", "error", "error_kind", "checks": [{"id", "verdict", "message", "cases", "duration_s"}]}]}.
 `load_report(path)` reads it back (`vllm-doctor explain LOG --host-report report.json`).
 """
 
@@ -52,7 +52,9 @@ class HostReport:
     host: str
     address: str | None = None
     error: str | None = None  # the host could not be checked at all (unreachable, auth, host key)
-    error_kind: str | None = None  # HostUnreachable / AuthFailed / HostKeyMismatch / RunnerError
+    # for scripts (`--json`): HostUnreachable / AuthFailed / HostKeyMismatch / RunnerError (the host cannot
+    # run the checks) / InternalError (a bug, reported per host); None when the host was checked
+    error_kind: str | None = None
     checks: list[CheckResult] = field(default_factory=list)
     duration_s: float = 0.0
 
@@ -73,8 +75,8 @@ class HostReport:
         return next((c for c in self.checks if c.id == check_id), None)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"host": self.host, "error": self.error, "duration_s": round(self.duration_s, 3),
-                "checks": [c.to_dict() for c in self.checks]}
+        return {"host": self.host, "error": self.error, "error_kind": self.error_kind,
+                "duration_s": round(self.duration_s, 3), "checks": [c.to_dict() for c in self.checks]}
 
 
 @dataclass
@@ -184,8 +186,9 @@ def report_from_dict(data: Any, source: str = "the report") -> DiagnosisReport:
             checks.append(CheckResult(id=check["id"], title=check["id"], verdict=check["verdict"],
                                       message=str(check.get("message") or ""), cases=[str(c) for c in cases],
                                       duration_s=_seconds(check.get("duration_s"))))
-        error = item.get("error")
-        hosts.append(HostReport(host=item["host"], error=str(error) if error else None, checks=checks,
+        error, kind = item.get("error"), item.get("error_kind")
+        hosts.append(HostReport(host=item["host"], error=str(error) if error else None,
+                                error_kind=str(kind) if error and kind else None, checks=checks,
                                 duration_s=_seconds(item.get("duration_s"))))
     target = data.get("target") or (hosts[0].host if len(hosts) == 1 else "hosts")
     tier = data.get("max_tier")

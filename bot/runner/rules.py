@@ -112,10 +112,14 @@ def rule_matches(rule: Rule, facts: FactView) -> bool:
 
 
 def evaluate(check: Check, facts: FactView) -> Outcome:
-    for i, rule in enumerate(check.rules):
+    return evaluate_rules(check.id, check.rules, facts)
+
+
+def evaluate_rules(check_id: str, rules: list[Rule], facts: FactView) -> Outcome:
+    for i, rule in enumerate(rules):
         if rule_matches(rule, facts):
             return Outcome(rule.verdict, render(rule.message, facts), tuple(rule.cases), i)
-    raise AssertionError(f"{check.id}: the last rule has no `when`, so one always matches")
+    raise AssertionError(f"{check_id}: the last rule has no `when`, so one always matches")
 
 
 def _human_bytes(n: float) -> str:

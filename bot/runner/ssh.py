@@ -162,8 +162,9 @@ class SSHConnector:
             return (f"{host.name}: the host key of {where} does NOT match the one in {self._known_hosts}. The host "
                     "was reinstalled or someone is intercepting the connection; verify the new key out of band "
                     "before replacing the entry.")
+        port = f"-p {host.port} " if host.port and host.port != 22 else ""
         return (f"{host.name}: {where} is not in {self._known_hosts}; unknown host keys are never accepted. "
-                "Verify its fingerprint and add it (ssh-keyscan -H HOST >> known_hosts).")
+                f"Verify its fingerprint and add it (ssh-keyscan {port}-H {host.connect_to} >> {self._known_hosts}).")
 
     async def _tunnel_for(self, host: Host) -> asyncssh.SSHClientConnection | None:
         spec = host.proxy_jump or self._config_jump(host)

@@ -7,6 +7,7 @@ its own client-side deadline on top.
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -27,9 +28,38 @@ class CommandResult:
     error: str | None = None  # transport-level problem with this one command
 
     @property
-    def remote_timeout(self) -> bool:
-        """GNU timeout exits 124 after SIGTERM, 137 (128+9) when it had to SIGKILL."""
-        return self.rc in (124, 137)
+    def signal(self) -> int | None:
+        """The signal that ended the command (a negative rc: asyncssh's exit-signal, Popen's returncode)."""
+        return -self.rc if self.rc is not None and self.rc < 0 else None
+
+    def timed_out_on_host(self, timeout_s: float) -> bool:
+        """GNU timeout exits 124 after SIGTERM, 137 with --foreground. Without --foreground its -k path
+        SIGKILLs its whole process group, itself included, so the command ends by signal 9 instead: that
+        is a timeout too when the deadline had passed (an earlier SIGKILL is the OOM killer or a person)."""
+        if self.rc in (124, 137):
+            return True
+        return self.signal == signal.SIGKILL and self.duration_s >= timeout_s
+
+
+# What a crash by signal means for a vLLM host, in the words a user needs (signal(7)).
+SIGNAL_MEANING = {
+    signal.SIGILL: "Illegal instruction: this build needs CPU features this host lacks (e.g. AVX-512)",
+    signal.SIGSEGV: "Segmentation fault: a native library crashed (mismatched builds or a driver bug)",
+    signal.SIGBUS: "Bus error: a memory-mapped file was truncated or /dev/shm ran out",
+    signal.SIGABRT: "Aborted: a native library gave up (see stderr)",
+    signal.SIGFPE: "Floating-point exception in native code",
+    signal.SIGKILL: "Killed: out of memory (the kernel's OOM killer) or killed by someone",
+}
+
+
+def describe_signal(number: int) -> str:
+    """`SIGILL (Illegal instruction: …)` for a signal number; unknown numbers stay numbers."""
+    try:
+        name = signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+    meaning = SIGNAL_MEANING.get(signal.Signals(number))
+    return f"{name} ({meaning})" if meaning else name
 
 
 class Session(Protocol):

@@ -30,6 +30,8 @@ from waitress import wasyncore
 from waitress.server import create_server
 
 from bot.errors import ConfigError
+from bot.ops import metrics
+from bot.ops.logs import ContextExecutor, new_request_id
 from bot.settings import Settings
 from bot.slack import actions, commands, events, shortcuts, views
 from bot.slack.deps import SlackDeps
@@ -61,6 +63,7 @@ def build_app(deps: SlackDeps, client: WebClient) -> App:
             signing_secret=deps.settings.slack_signing_secret or "",  # unused in Socket Mode
             process_before_response=False,
             name="vllm-doctor",
+            listener_executor=ContextExecutor(max_workers=10, thread_name_prefix="bolt-listener"),
         )
     except (BoltError, OSError) as exc:  # auth.test failed: a wrong token, or Slack unreachable
         raise ConfigError(f"Slack did not accept SLACK_BOT_TOKEN at {client.base_url} ({exc})") from exc
@@ -72,14 +75,27 @@ def build_app(deps: SlackDeps, client: WebClient) -> App:
     return app
 
 
+def delivery_key(body: dict[str, Any]) -> str | None:
+    """What makes a Slack delivery unique: the event id of an event, the trigger id of a slash command
+    (a command is not retried by Slack, but behind a load balancer a duplicate may reach two replicas)."""
+    if body.get("type") == "event_callback" and body.get("event_id"):
+        return f"event:{body['event_id']}"
+    if body.get("command") and body.get("trigger_id"):
+        return f"command:{body['trigger_id']}"
+    return None
+
+
 def _skip_retried_events(deps: SlackDeps) -> Callable[..., Any]:
     def skip_retried_events(body: dict[str, Any], request: Any, next_: Callable[[], None], resp: BoltResponse) -> Any:
-        event_id = body.get("event_id") if body.get("type") == "event_callback" else None
-        if event_id and not deps.seen_events.first_time(str(event_id)):
+        key = delivery_key(body)
+        new_request_id(key.split(":", 1)[1] if key else None)
+        if key and not deps.seen_events.first_time(key):
             retry = (request.headers.get("x-slack-retry-num") or ["?"])[0]
             reason = (request.headers.get("x-slack-retry-reason") or ["?"])[0]
-            log.info("skipping repeated event %s (retry %s, %s)", event_id, retry, reason)
+            log.info("skipping repeated delivery %s (retry %s, %s)", key, retry, reason)
+            metrics.REQUESTS.labels(kind="duplicate").inc()
             return BoltResponse(status=200, body="")  # a 2xx stops Slack's retries
+        metrics.REQUESTS.labels(kind=key.split(":")[0] if key else str(body.get("type") or "other")).inc()
         next_()
         return resp
 

@@ -13,6 +13,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from bot.facts import fact_lines
+from bot.i18n import Language, as_language, case_cause, step_text, t
 from bot.models import Diagnosis, Match
 from bot.slack.mrkdwn import (
     channel_link,
@@ -43,11 +45,7 @@ HOST_PICKER_CALLBACK = "host_picker"
 HOST_PICKER_BLOCK = "target"
 HOST_PICKER_INPUT = "target_input"
 
-_VERDICT_HEAD = {
-    "match": ":white_check_mark: *Likely cause: {title}*",
-    "uncertain": ":grey_question: *Possible cause (not certain): {title}*",
-    "unknown": ":mag: *No confident match in the knowledge base*",
-}
+_VERDICT_EMOJI_HEAD = {"match": ":white_check_mark:", "uncertain": ":grey_question:", "unknown": ":mag:"}
 
 
 @dataclass(frozen=True)
@@ -104,16 +102,18 @@ def _percent(score: float) -> str:
 
 def _title(match: Match, language: str) -> str:
     if language == "zh" and match.title_zh:
-        return f"{match.title_zh} ({match.title})"
+        return f"{match.title_zh} ({match.title})"  # the English title is what issue trackers use
     return match.title
 
 
-def _steps(items: Sequence[Any]) -> list[tuple[str, str | None]]:
-    """Fix steps from a KB case (FixStep) or an explanation (objects or plain strings)."""
+def _steps(items: Sequence[Any], lang: Language = "en") -> list[tuple[str, str | None]]:
+    """Fix steps from a KB case (FixStep, in `lang` when written) or an explanation (objects or strings)."""
     steps: list[tuple[str, str | None]] = []
     for item in items:
         if isinstance(item, str):
             steps.append((item, None))
+        elif hasattr(item, "text_zh"):
+            steps.append((step_text(item, lang), getattr(item, "command", None)))
         else:
             steps.append((str(getattr(item, "text", item)), getattr(item, "command", None)))
     return steps
@@ -142,8 +142,8 @@ def evidence_text(diagnosis: Diagnosis) -> str:
 # --- the answer ------------------------------------------------------------------------------------
 
 
-def placeholder(what: str = "Reading your log and searching the knowledge base…") -> Message:
-    text = f":stethoscope: {escape(what)}"
+def placeholder(what: str | None = None, lang: Language = "en") -> Message:
+    text = f":stethoscope: {escape(what or t('slack.placeholder', lang))}"
     return Message(text=text, blocks=[_section(text, "placeholder")])
 
 
@@ -158,34 +158,52 @@ def answer(
     asker: str | None = None,
     outcome: str | None = None,
     host_facts_note: str | None = None,
+    language: str | None = None,
 ) -> Message:
-    """The threaded answer. `case` is the kb Case of the best match (fix steps, cause); `explanation`
+    """The threaded answer, in `language` (default: the language of the paste or question). `case` is the kb Case of the best match (fix steps, cause); `explanation`
     the final Explanation (LLM or KB); `streaming_text` the LLM text so far while it is being written;
     `host_facts_note` (host_facts_note()) is shown while and when the LLM explains with host facts."""
-    language = diagnosis.distilled.language
+    lang: Language = as_language(language) or as_language(diagnosis.distilled.language) or "en"
+    language = lang
+    question = getattr(diagnosis, "kind", "log") == "question"
     best = diagnosis.best
     blocks: list[dict[str, Any]] = []
     cut = False
 
     # 1. verdict
     if diagnosis.verdict == "unknown" or best is None:
-        head = _VERDICT_HEAD["unknown"]
-        fallback = "No confident match in the knowledge base."
+        key = "slack.head.question.unknown" if question else "slack.head.unknown"
+        head = f"{_VERDICT_EMOJI_HEAD['unknown']} *{t(key, lang)}*"
+        fallback = t(key, lang)
     else:
         title, _ = escape_limited(_title(best, language), 300)
-        head = _VERDICT_HEAD[diagnosis.verdict].format(title=title)
-        fallback = f"{'Likely' if diagnosis.verdict == 'match' else 'Possible'} cause: {_title(best, language)}"
-        head += f"\nKB case {inline_code(best.case_id, 120)} · {escape(best.area)} · confidence {_percent(best.score)}"
+        key = "slack.head.question.uncertain" if question and diagnosis.verdict == "uncertain" else (
+            f"slack.head.{diagnosis.verdict}")
+        head = f"{_VERDICT_EMOJI_HEAD[diagnosis.verdict]} *{t(key, lang, title=title)}*"
+        fallback = t(key, lang, title=_title(best, language))
+        case_line = t("slack.case_line", lang, case=inline_code(best.case_id, 120), area=escape(best.area),
+                      pct=_percent(best.score))
+        head += f"\n{case_line}"
+    for note in diagnosis.notes[:2]:  # e.g. the paste ends inside a traceback
+        head += f"\n:warning: {escape_limited(note, 300)[0]}"
     if asker:
         head = f"{user_mention(asker)} {head}"
     blocks.append(_section(head, "verdict"))
 
     # 2. evidence
     distilled = diagnosis.distilled
-    lines_note = f"{len(distilled.evidence)} of {distilled.total_lines} lines"
-    code, evidence_cut = code_block(evidence_text(diagnosis) or "(no error lines found)", SECTION_TEXT_MAX - 60)
-    cut |= evidence_cut
-    blocks.append(_section(f"*Evidence* ({lines_note})\n{code}", "evidence"))
+    if question:  # the question itself, and which of its terms led to the case
+        asked, _ = escape_limited(distilled.evidence[0].text if distilled.evidence else "", 500)
+        why = escape_limited(best.evidence[0].why, 400)[0] if best is not None and best.evidence else ""
+        body = f"*{t('slack.question', lang)}*\n> {asked}" + (f"\n_{why}_" if why else "")
+        blocks.append(_section(body, "evidence"))
+    else:
+        lines_note = t("slack.lines", lang, kept=len(distilled.evidence), total=distilled.total_lines)
+        code, evidence_cut = code_block(
+            evidence_text(diagnosis) or t("slack.no_error_lines", lang), SECTION_TEXT_MAX - 60
+        )
+        cut |= evidence_cut
+        blocks.append(_section(f"*{t('slack.evidence', lang)}* ({lines_note})\n{code}", "evidence"))
 
     # 3. why / explanation
     if diagnosis.verdict == "unknown" or best is None:
@@ -195,93 +213,110 @@ def answer(
                 f"• {escape_limited(_title(m, language), 200)[0]} ({inline_code(m.case_id, 120)}, {_percent(m.score)})"
                 for m in nearest
             ]
-            body, _ = _bounded_join(["*Nearest known cases* (none close enough to trust):", *items], SECTION_TEXT_MAX, "…")
+            body, _ = _bounded_join([f"*{t('slack.nearest', lang)}*{t('slack.nearest_tail', lang)}", *items], SECTION_TEXT_MAX, "…")
             blocks.append(_section(body, "nearest"))
-        blocks.append(
-            _section(
-                "Nothing in the knowledge base explains this log yet. If you find the fix, use "
-                "*Add as a KB case* so the next person gets an answer straight away.",
-                "invite",
-            )
-        )
+        blocks.append(_section(t("slack.invite", lang), "invite"))
     else:
-        why_text, why_cut = _why_text(case, explanation, streaming_text, llm_pending)
+        why_text, why_cut = _why_text(case, explanation, streaming_text, llm_pending, lang)
         cut |= why_cut
         if why_text:
             blocks.append(_section(why_text, "why"))
-        steps = _steps(getattr(explanation, "fix_steps", None) or getattr(case, "fix", None) or [])
+        steps = _steps(getattr(explanation, "fix_steps", None) or getattr(case, "fix", None) or [], lang)
         if steps:
-            fix_text, fix_cut = _fix_text(steps)
+            fix_text, fix_cut = _fix_text(steps, lang)
             cut |= fix_cut
             blocks.append(_section(fix_text, "fix"))
+        notes = [escape_limited(n, 300)[0] for n in best.notes]
+        if notes:
+            blocks.append(_context([f":pushpin: {n}" for n in notes[:3]], "case_notes"))
         others = [m for m in diagnosis.matches[1:4]]
         if others:
             also = " · ".join(f"{escape_limited(_title(m, language), 120)[0]} ({_percent(m.score)})" for m in others)
-            blocks.append(_context([f"Also possible: {also}"], "others"))
+            label = t("slack.candidates" if question and diagnosis.verdict == "uncertain" else "slack.also", lang)
+            blocks.append(_context([f"{label}: {also}"], "others"))
+    if diagnosis.also_noticed:
+        noticed = " · ".join(
+            f"{escape_limited(_title(m, language), 120)[0]} ({inline_code(m.case_id, 80)})" for m in diagnosis.also_noticed
+        )
+        blocks.append(_context([f"{t('slack.also_noticed', lang)}: {noticed}"], "noticed"))
+    setup = fact_lines(diagnosis.facts)
+    if setup:
+        body, setup_cut = _bounded_join(
+            [f"*{t('slack.setup', lang)}*", *(f"• {escape_limited(f, 200)[0]}" for f in setup)],
+            SECTION_TEXT_MAX, "…",
+        )
+        cut |= setup_cut
+        blocks.append(_section(body, "setup"))
 
     # 4. provenance
-    provenance = _provenance(diagnosis, explanation, streaming_text, llm_pending)
+    provenance = _provenance(diagnosis, explanation, streaming_text, llm_pending, lang)
     llm_at_work = getattr(explanation, "source", None) == "llm" or streaming_text or llm_pending
     if host_facts_note and llm_at_work:
         provenance.insert(1, host_facts_note)
     if outcome and diagnosis.verdict != "unknown":
-        provenance.insert(1, f":busts_in_silhouette: Team feedback on this case: {escape_limited(outcome, 100)[0]}")
+        feedback = t("slack.feedback", lang, outcome=escape_limited(outcome, 100)[0])
+        provenance.insert(1, f":busts_in_silhouette: {feedback}")
     blocks.append(_context(provenance, "source"))
 
     # 5. buttons: every answer has them; each one answers when pressed (see listeners in actions/)
-    blocks.append(answer_actions(answer_id))
+    blocks.append(answer_actions(answer_id, lang))
 
     return Message(text=plain_limited(escape(fallback), FALLBACK_TEXT_MAX), blocks=blocks, cut=cut)
 
 
-def _why_text(case: Any, explanation: Any, streaming_text: str | None, llm_pending: bool) -> tuple[str, bool]:
+def _why_text(
+    case: Any, explanation: Any, streaming_text: str | None, llm_pending: bool, lang: Language = "en"
+) -> tuple[str, bool]:
     budget = SECTION_TEXT_MAX - 40
+    why = t("slack.why", lang)
     if explanation is not None:
         parts = [p for p in (getattr(explanation, "summary", ""), getattr(explanation, "why", "")) if p]
         body, was_cut = escape_limited("\n\n".join(parts), budget)
-        return (f"*Why*\n{body}" if body else ""), was_cut
+        return (f"*{why}*\n{body}" if body else ""), was_cut
     if streaming_text:
         body, was_cut = escape_limited(streaming_text.strip(), budget - 30)
-        return f"*Why* _(writing…)_\n{body}", was_cut
-    cause = getattr(case, "cause", "")
+        return f"*{why}* _({t('slack.writing', lang)})_\n{body}", was_cut
+    cause = case_cause(case, lang) if hasattr(case, "cause_zh") else getattr(case, "cause", "")
     if cause:
         body, was_cut = escape_limited(cause.strip(), budget)
-        suffix = "\n_Writing a tailored explanation…_" if llm_pending else ""
-        return f"*Why*\n{body}{suffix}", was_cut
-    return ("_Writing a tailored explanation…_" if llm_pending else ""), False
+        suffix = f"\n_{t('slack.writing_long', lang)}_" if llm_pending else ""
+        return f"*{why}*\n{body}{suffix}", was_cut
+    return (f"_{t('slack.writing_long', lang)}_" if llm_pending else ""), False
 
 
-def _fix_text(steps: list[tuple[str, str | None]]) -> tuple[str, bool]:
+def _fix_text(steps: list[tuple[str, str | None]], lang: Language = "en") -> tuple[str, bool]:
     parts = []
     for i, (text, command) in enumerate(steps, 1):
         step = f"{i}. {escape_limited(text, 600)[0]}"
         if command:
             step += "\n" + code_block(command, 700)[0]
         parts.append(step)
-    return _bounded_join(["*Fix*", *parts], SECTION_TEXT_MAX, "_More steps in the KB case._")
+    return _bounded_join([f"*{t('slack.fix', lang)}*", *parts], SECTION_TEXT_MAX, f"_{t('slack.more_steps', lang)}_")
 
 
-def _provenance(diagnosis: Diagnosis, explanation: Any, streaming_text: str | None, llm_pending: bool) -> list[str]:
+def _provenance(
+    diagnosis: Diagnosis, explanation: Any, streaming_text: str | None, llm_pending: bool, lang: Language = "en"
+) -> list[str]:
     items: list[str] = []
     source = getattr(explanation, "source", None)
     if source == "llm":
-        items.append(":robot_face: Explained by the team's LLM from the KB case; check commands before running them")
+        items.append(f":robot_face: {t('slack.by_llm', lang)}")
         best = diagnosis.best
         chosen = str(getattr(explanation, "case_id", "") or "")
         if chosen == "none":
-            items.append("The LLM found none of the retrieved cases convincing")
+            items.append(t("slack.llm_none", lang))
         elif best is not None and chosen and chosen != best.case_id:
-            items.append(f"The LLM thinks KB case {inline_code(chosen, 120)} fits better")
+            items.append(t("slack.llm_other", lang, case=inline_code(chosen, 120)))
     elif streaming_text or llm_pending:
-        items.append(":hourglass_flowing_sand: The LLM is writing an explanation…")
+        items.append(f":hourglass_flowing_sand: {t('slack.llm_writing', lang)}")
     else:
-        items.append(":books: From the knowledge base")
+        items.append(f":books: {t('slack.from_kb', lang)}")
     note = getattr(explanation, "note", None)
     if note:
         items.append(escape_limited(str(note), 300)[0])
     for note in diagnosis.distilled.notes[:3]:
         items.append(escape_limited(note, 200)[0])
-    items.append(f"searched in {diagnosis.elapsed_ms:.0f} ms")
+    items.append(t("slack.searched", lang, ms=diagnosis.elapsed_ms))
     return items
 
 
@@ -293,12 +328,12 @@ def host_facts_note(label: str, when: float) -> str:
             f"at <!date^{int(when)}^{{time}}|{fallback}>")
 
 
-def answer_actions(answer_id: str) -> dict[str, Any]:
+def answer_actions(answer_id: str, lang: Language = "en") -> dict[str, Any]:
     buttons = [
-        _button(":white_check_mark: Fixed it", ACTION_FIXED, answer_id, "primary"),
-        _button(":x: Didn't help", ACTION_NOT_HELPFUL, answer_id),
-        _button(":desktop_computer: Run diagnostics on a host", ACTION_RUN_DIAGNOSTICS, answer_id),
-        _button(":heavy_plus_sign: Add as a KB case", ACTION_ADD_KB_CASE, answer_id),
+        _button(f":white_check_mark: {t('button.fixed', lang)}", ACTION_FIXED, answer_id, "primary"),
+        _button(f":x: {t('button.not_helpful', lang)}", ACTION_NOT_HELPFUL, answer_id),
+        _button(f":desktop_computer: {t('button.run_diagnostics', lang)}", ACTION_RUN_DIAGNOSTICS, answer_id),
+        _button(f":heavy_plus_sign: {t('button.add_case', lang)}", ACTION_ADD_KB_CASE, answer_id),
     ]
     return {"type": "actions", "block_id": "answer_actions", "elements": buttons}
 
@@ -365,26 +400,28 @@ def home_view(
     max_bytes: int,
     watch_channels: Sequence[str],
     now: float | None = None,
+    lang: Language = "en",
 ) -> dict[str, Any]:
-    """The App Home tab: usage, KB size, the viewer's recent diagnoses."""
+    """The App Home tab: usage, KB size, the viewer's recent diagnoses (in the viewer's language)."""
     now = time.time() if now is None else now
     blocks: list[dict[str, Any]] = [_header("vLLM Doctor")]
     stats = [
-        f":books: *{kb_size}* known failure cases in the knowledge base",
-        ":robot_face: LLM explanations on" if llm_enabled else ":robot_face: LLM explanations off (KB-only answers)",
-        ":desktop_computer: Host diagnostics on" if runner_enabled else ":desktop_computer: Host diagnostics not configured",
+        f":books: {t('slack.home.cases', lang, n=kb_size)}",
+        f":robot_face: {t('slack.home.llm_on' if llm_enabled else 'slack.home.llm_off', lang)}",
+        f":desktop_computer: {t('slack.home.runner_on' if runner_enabled else 'slack.home.runner_off', lang)}",
     ]
     blocks.append(_context(stats, "stats"))
     blocks.extend(help_message(max_bytes=max_bytes, watch_channels=watch_channels, runner_enabled=runner_enabled).blocks)
+    blocks.append(_context([escape(t("slack.home.ask", lang))], "ask"))
     blocks.append({"type": "divider"})
-    blocks.append(_section("*Your recent diagnoses*", "recent_head"))
+    blocks.append(_section(f"*{t('slack.home.recent', lang)}*", "recent_head"))
     if not recent:
-        blocks.append(_context(["Nothing yet: paste a log in the Messages tab to try it."], "recent_empty"))
+        blocks.append(_context([t("slack.home.empty", lang)], "recent_empty"))
     for record in recent[:10]:
         if record.case_id:
             what = f"{escape_limited(record.title or record.case_id, 150)[0]} ({inline_code(record.case_id, 100)})"
         else:
-            what = "no confident match"
+            what = t("slack.home.no_match", lang)
         feedback = record.feedback.get(user_id)
         mark = {"fixed": " · :white_check_mark: fixed", "not_helpful": " · :x: didn't help"}.get(feedback or "", "")
         ago = _ago(now - record.created)
@@ -402,21 +439,21 @@ def _ago(seconds: float) -> str:
     return f"{round(seconds / 86400)} days ago"
 
 
-def host_picker_view(*, private_metadata: str, hosts_hint: str = "") -> dict[str, Any]:
+def host_picker_view(*, private_metadata: str, hosts_hint: str = "", lang: Language = "en") -> dict[str, Any]:
     """Modal that asks which host or group to check."""
-    hint = hosts_hint or "A host or group from the inventory, e.g. gpu-01 or a100-pool"
+    hint = hosts_hint or t("slack.picker.hint", lang)
     return {
         "type": "modal",
         "callback_id": HOST_PICKER_CALLBACK,
         "private_metadata": private_metadata,
-        "title": {"type": "plain_text", "text": "Run diagnostics"},
-        "submit": {"type": "plain_text", "text": "Run"},
-        "close": {"type": "plain_text", "text": "Cancel"},
+        "title": {"type": "plain_text", "text": t("slack.picker.title", lang)},
+        "submit": {"type": "plain_text", "text": t("slack.picker.submit", lang)},
+        "close": {"type": "plain_text", "text": t("slack.picker.cancel", lang)},
         "blocks": [
             {
                 "type": "input",
                 "block_id": HOST_PICKER_BLOCK,
-                "label": {"type": "plain_text", "text": "Host or group"},
+                "label": {"type": "plain_text", "text": t("slack.picker.label", lang)},
                 "hint": {"type": "plain_text", "text": plain_limited(hint, 2000)},
                 "element": {
                     "type": "plain_text_input",
@@ -442,9 +479,9 @@ _VERDICT_EMOJI = {
 _HOST_FIELDS_PER_SECTION = 10
 
 
-def host_progress(target: str, hosts: Sequence[str], latest: str | None) -> Message:
+def host_progress(target: str, hosts: Sequence[str], latest: str | None, lang: Language = "en") -> Message:
     shown = ", ".join(hosts[:8]) + (f" and {len(hosts) - 8} more" if len(hosts) > 8 else "")
-    text = f":hourglass_flowing_sand: Running read-only checks on *{escape_limited(target, 100)[0]}*"
+    text = f":hourglass_flowing_sand: {t('slack.host.running', lang, target=escape_limited(target, 100)[0])}"
     if len(hosts) > 1:
         text += f" ({len(hosts)} hosts: {escape_limited(shown, 600)[0]})"
     blocks_: list[dict[str, Any]] = [_section(text, "host_progress")]
@@ -453,16 +490,20 @@ def host_progress(target: str, hosts: Sequence[str], latest: str | None) -> Mess
     return Message(text=f"Running checks on {escape_limited(target, 100)[0]}…", blocks=blocks_)
 
 
-def host_report(report: Any, *, kb_titles: dict[str, str], asker: str | None = None) -> Message:
+def host_report(report: Any, *, kb_titles: dict[str, str], asker: str | None = None, lang: Language = "en") -> Message:
     """One host: its findings. Several hosts: a host × area grid, then the worst findings."""
     verdict = report.verdict
     hosts = report.hosts
     findings = report.findings()
     head = f"{_VERDICT_EMOJI.get(verdict, '')} *{escape_limited(report.target, 100)[0]}*: "
     problems = len(findings) + sum(1 for h in hosts if h.error)
-    head += "no problems found" if problems == 0 else f"{problems} problem{'s' if problems != 1 else ''} found"
     checks = sum(len(h.checks) for h in hosts)
-    head += f" ({len(hosts)} host{'s' if len(hosts) != 1 else ''}, {checks} checks, {report.duration_s:.1f} s)"
+    if lang == "zh":
+        head += t("slack.host.none", lang) if problems == 0 else t("slack.host.problems", lang, n=problems)
+        head += f"（{t('slack.host.counts', lang, hosts=len(hosts), checks=checks, secs=report.duration_s)}）"
+    else:
+        head += "no problems found" if problems == 0 else f"{problems} problem{'s' if problems != 1 else ''} found"
+        head += f" ({len(hosts)} host{'s' if len(hosts) != 1 else ''}, {checks} checks, {report.duration_s:.1f} s)"
     if asker:
         head = f"{user_mention(asker)} {head}"
     out: list[dict[str, Any]] = [_section(head, "host_verdict")]
@@ -488,7 +529,7 @@ def host_report(report: Any, *, kb_titles: dict[str, str], asker: str | None = N
     else:
         for host in hosts:
             if host.error:
-                out.append(_section(f"{_VERDICT_EMOJI['error']} Could not check the host: "
+                out.append(_section(f"{_VERDICT_EMOJI['error']} {t('slack.host.unreachable', lang)} "
                                     f"{escape_limited(host.error, 2500)[0]}", "host_error"))
 
     if findings:
@@ -498,13 +539,15 @@ def host_report(report: Any, *, kb_titles: dict[str, str], asker: str | None = N
             line = (f"{_VERDICT_EMOJI.get(result.verdict, '')} {where}{inline_code(result.id, 80)} "
                     f"{escape_limited(result.message, 300)[0]}")
             lines.append(line)
-        body, was_cut = _bounded_join(["*Findings*", *lines], SECTION_TEXT_MAX, "_More in the file below._")
+        body, was_cut = _bounded_join(
+            [f"*{t('slack.host.findings', lang)}*", *lines], SECTION_TEXT_MAX, f"_{t('slack.host.more', lang)}_"
+        )
         cut |= was_cut
         out.append(_section(body, "findings"))
     if kb_titles:
         items = [f"• {escape_limited(title, 200)[0]} ({inline_code(case_id, 100)})" for case_id, title in kb_titles.items()]
-        body, _ = _bounded_join(["*Known cases these findings point to*", *items], SECTION_TEXT_MAX, "…")
+        body, _ = _bounded_join([f"*{t('slack.host.cases', lang)}*", *items], SECTION_TEXT_MAX, "…")
         out.append(_section(body, "cases"))
-    out.append(_context(["Raw command outputs are in the file in this thread."], "raw_note"))
+    out.append(_context([t("slack.host.raw", lang)], "raw_note"))
     fallback = f"{report.target}: {'no problems found' if problems == 0 else f'{problems} problems found'}"
     return Message(text=plain_limited(escape(fallback), FALLBACK_TEXT_MAX), blocks=out[:MESSAGE_BLOCKS_MAX], cut=cut)

@@ -4,7 +4,6 @@ slack_bolt or torch."""
 from __future__ import annotations
 
 import argparse
-import logging
 import signal
 import sys
 from typing import Any
@@ -25,16 +24,17 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, settings: Any) -> int:
+    from bot.ops.logs import configure_logging
     from bot.pipeline import Doctor
     from bot.slack.service import SlackBot
 
-    logging.getLogger("bot").setLevel(logging.INFO)
+    configure_logging(settings.log_format)
     print("loading the knowledge base and the embedding model…", file=sys.stderr)
     doctor = Doctor.from_settings(settings)
     bot = SlackBot(settings, doctor, http=args.http, host=args.host, port=args.port)
 
     def _terminate(signum: int, _frame: Any) -> None:
-        raise KeyboardInterrupt  # PID 1 in a container gets no default SIGTERM handler
+        raise KeyboardInterrupt  # PID 1 in a container gets no default SIGTERM handler; stop() drains below
 
     signal.signal(signal.SIGTERM, _terminate)
     bot.start()

@@ -9,18 +9,22 @@ from __future__ import annotations
 import logging
 import secrets
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from slack_sdk.errors import SlackApiError
 
 from bot import errors
 from bot.models import Diagnosis
+from bot.ops import metrics
+from bot.paste import Paste, decode_input
+from bot.question import question_language
 from bot.slack import blocks
 from bot.slack.blocks import Message
 from bot.slack.deps import SlackDeps
 from bot.slack.files import check_text_size, fetch_file_text
 from bot.slack.heuristics import looks_like_error_log
+from bot.slack.locale import answer_language
 from bot.slack.progress import ThrottledUpdater
 from bot.slack.recent import AnswerRecord
 
@@ -64,8 +68,9 @@ def tell_user(client: Any, where: Where, message: Message) -> None:
     client.chat_postMessage(channel=where.channel, thread_ts=where.thread_ts, **message.as_kwargs())
 
 
-def gather_text(deps: SlackDeps, client: Any, request: LogRequest) -> str:
-    """The message text plus the text of any shared files, size-checked; raises UserInputError."""
+def gather_text(deps: SlackDeps, client: Any, request: LogRequest) -> Paste:
+    """The message text plus the text of any shared files, size-checked and redacted (bot.paste): from
+    here on only the redacted text exists. Raises UserInputError."""
     parts = [request.text] if request.text.strip() else []
     for file in request.files:
         shared = fetch_file_text(
@@ -76,26 +81,27 @@ def gather_text(deps: SlackDeps, client: Any, request: LogRequest) -> str:
     if not text.strip():
         raise errors.EmptyInput("I did not find any log text in that message. Paste the error log (or attach it as a file).")
     check_text_size(text, deps.max_bytes, "That log")
-    return text
+    return decode_input(text, deps.max_bytes)
 
 
 def diagnose_and_answer(deps: SlackDeps, client: Any, request: LogRequest) -> str | None:
     """The whole conversation. Returns the answer id (None when the input was refused)."""
     where = request.where
     try:
-        text = gather_text(deps, client, request)
+        paste = gather_text(deps, client, request)
     except errors.UserInputError as exc:
         if not request.only_if_log_like:  # nobody asked: stay quiet
             tell_user(client, where, blocks.input_error(str(exc)))
         return None
-    if request.only_if_log_like and not looks_like_error_log(text):
+    if request.only_if_log_like and not looks_like_error_log(paste.text):
         return None
 
+    locale = deps.locales.language_of(client, where.user)
     post = _Poster(client, where, deps.settings.slack_update_interval_s)
-    post.placeholder(blocks.placeholder())
+    post.placeholder(blocks.placeholder(lang=answer_language(locale, question_language(paste.text))))
 
     try:
-        diagnosis = deps.engine.diagnose(text)
+        diagnosis = deps.engine.diagnose(paste)
     except errors.UserInputError as exc:
         post.retract()
         tell_user(client, where, blocks.input_error(str(exc)))
@@ -106,7 +112,9 @@ def diagnose_and_answer(deps: SlackDeps, client: Any, request: LogRequest) -> st
         post.final(blocks.internal_error(ref))
         return None
 
+    metrics.VERDICTS.labels(verdict=diagnosis.verdict).inc()
     answer_id = deps.recent.new_id()
+    lang = answer_language(locale, diagnosis.distilled.language)
     best = diagnosis.best
     case = _case_or_none(deps, best.case_id) if best else None
     explain = deps.llm_enabled and diagnosis.verdict != "unknown"
@@ -119,23 +127,25 @@ def diagnose_and_answer(deps: SlackDeps, client: Any, request: LogRequest) -> st
 
     def build(**kw: Any) -> Message:
         return blocks.answer(diagnosis, answer_id=answer_id, case=case, asker=asker, outcome=outcome,
-                             host_facts_note=host_note, **kw)
+                             host_facts_note=host_note, language=lang, **kw)
 
     first = build(llm_pending=explain)
-    post.final(first, progressive=explain)
-    deps.recent.add(
-        AnswerRecord(
-            answer_id=answer_id,
-            user_id=where.user,
-            channel_id=where.channel,
-            thread_ts=post.thread_ts,
-            message_ts=post.ts,
-            verdict=diagnosis.verdict,
-            case_id=best.case_id if best and diagnosis.verdict != "unknown" else None,
-            title=best.title if best and diagnosis.verdict != "unknown" else None,
-            evidence=blocks.evidence_text(diagnosis),
-        )
+    record = AnswerRecord(
+        answer_id=answer_id,
+        user_id=where.user,
+        channel_id=where.channel,
+        thread_ts=post.thread_ts,
+        message_ts=post.ts,
+        verdict=diagnosis.verdict,
+        case_id=best.case_id if best and diagnosis.verdict != "unknown" else None,
+        title=best.title if best and diagnosis.verdict != "unknown" else None,
+        evidence=blocks.evidence_text(diagnosis),
     )
+    deps.recent.add(record)  # before its buttons exist: a quick press (or another replica) must find it
+    post.final(first, progressive=explain)
+    if (post.thread_ts, post.ts) != (record.thread_ts, record.message_ts):  # no placeholder: posted just now
+        current = deps.recent.get(answer_id) or record
+        deps.recent.add(replace(current, thread_ts=post.thread_ts, message_ts=post.ts))
     if deps.kb_growth is not None:
         try:  # logs the KB could not explain become candidates for new cases
             deps.kb_growth.note_answer(answer_id=answer_id, verdict=diagnosis.verdict,
@@ -146,16 +156,16 @@ def diagnose_and_answer(deps: SlackDeps, client: Any, request: LogRequest) -> st
         post.file(f"distilled-{answer_id}.log", _distilled_file(diagnosis), "Full distilled log")
 
     if explain:
-        _stream_explanation(deps, diagnosis, build, post, list(host.facts) if host else None)
+        _stream_explanation(deps, diagnosis, build, post, list(host.facts) if host else None, lang)
     return answer_id
 
 
 def _stream_explanation(deps: SlackDeps, diagnosis: Diagnosis, build: Callable[..., Message], post: _Poster,
-                        host_facts: list[str] | None) -> None:
+                        host_facts: list[str] | None, lang: str) -> None:
     streamed = ""
     explanation: Any = None
     try:
-        for piece in deps.engine.explain_stream(diagnosis, host_facts=host_facts):
+        for piece in deps.engine.explain_stream(diagnosis, host_facts=host_facts, language=lang):
             if isinstance(piece, str):
                 streamed += piece
                 post.progress(lambda text=streamed: build(streaming_text=text))

@@ -14,6 +14,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from bot.errors import BinaryInput, InputTooLarge, UserInputError
+from bot.paste import decode_by_bom
 
 _SLACK_FILE_HOST_SUFFIXES = (".slack.com", ".slack-edge.com", ".slack-files.com")
 _COMPRESSED_MAGIC = {b"\x1f\x8b": "gzip", b"PK\x03\x04": "zip", b"BZh": "bzip2", b"\xfd7zXZ": "xz", b"(\xb5/\xfd": "zstd"}
@@ -85,6 +86,9 @@ def decode_text(data: bytes, name: str = "the file") -> str:
     for magic, kind in _COMPRESSED_MAGIC.items():
         if data.startswith(magic):
             raise BinaryInput(f"`{name}` is a {kind} archive. Unpack it and send the log itself as a text file or snippet.")
+    by_bom = decode_by_bom(data)  # UTF-16 from PowerShell is text, though half its bytes are NUL
+    if by_bom is not None:
+        return by_bom[0]
     head = data[:8192]
     if b"\x00" in head:
         raise BinaryInput(

@@ -22,6 +22,7 @@ from typing import Any
 from slack_sdk.errors import SlackApiError
 
 from bot.errors import DoctorError, UserInputError
+from bot.i18n import case_title
 from bot.slack import blocks
 from bot.slack.conversation import Where, tell_user
 from bot.slack.thread_facts import ThreadHostFacts
@@ -61,28 +62,40 @@ def parse_args(words: list[str]) -> tuple[list[str] | None, int]:
 
 class HostDiagnostics:
     def __init__(self, settings: Any) -> None:
+        from bot.runner.access import access_inventory
+
+        access_inventory(settings)  # at start: an access rule naming an unknown host or group is a ConfigError
         self.settings = settings
         self.usergroups = UserGroupDirectory(ttl_s=getattr(settings, "slack_usergroup_cache_s", 60.0))
+        self.fleet: Any | None = None  # bot.slack.fleet.FleetWorker when replicas share a database
 
-    def picker_hint(self) -> str:
-        from bot.runner.access import inventory_from_settings
+    def audit(self) -> Any:
+        from bot.runner.audit import AuditLog
+
+        return AuditLog(self.settings.store_target(self.settings.runner_audit_db))
+
+    def _groups(self, client: Any, user: str | None, channel: str | None) -> set[str]:
+        wanted = rule_groups(self.settings.runner_access, channel)
+        return self.usergroups.groups_of(client, user, wanted) if wanted else set()
+
+    def picker_hint(self, client: Any, user: str | None, channel: str | None) -> str:
+        """The names this user may diagnose here; an unauthorised user sees no inventory name at all."""
+        from bot.runner.access import visible_names
 
         try:
-            names = inventory_from_settings(self.settings).names()
+            names = visible_names(user or "", channel, self._groups(client, user, channel), self.settings)
         except DoctorError:
             return ""
         shown = ", ".join(names[:12]) + (" …" if len(names) > 12 else "")
-        return f"Known hosts and groups: {shown}" if shown else ""
+        return f"Hosts and groups you may diagnose here: {shown}" if shown else ""
 
-    def check_target(self, target: str) -> str | None:
-        """A one-line problem with the target (shown on the modal field), or None."""
-        from bot.runner import resolve_target
+    def check_target(self, client: Any, user: str | None, channel: str | None, target: str) -> str | None:
+        """A one-line problem with the target (shown on the modal field), or None. Says the same for a name
+        that does not exist and one this user may not diagnose."""
+        from bot.runner.access import access_problem
 
-        try:
-            resolve_target(target, self.settings)
-        except DoctorError as exc:
-            return str(exc)[:150]
-        return None
+        problem = access_problem(user or "", channel, self._groups(client, user, channel), target, self.settings)
+        return problem[:150] if problem else None
 
     def start(self, deps: Any, client: Any, where: Where, target: str, args: list[str]) -> None:
         """Validate and authorize now (file reads, and cached user-group look-ups), run on a worker."""
@@ -90,8 +103,7 @@ class HostDiagnostics:
 
         try:
             checks, tier = parse_args(args)
-            wanted = rule_groups(self.settings.runner_access, where.channel)
-            groups = self.usergroups.groups_of(client, where.user, wanted) if wanted else set()
+            groups = self._groups(client, where.user, where.channel)
             hosts = authorize(where.user or "", where.channel, groups, target, self.settings, max_tier=tier)
         except DoctorError as exc:
             tell_user(client, where, blocks.input_error(str(exc)))
@@ -103,7 +115,8 @@ class HostDiagnostics:
         from bot.runner import run_diagnosis
 
         names = [h.name for h in hosts]
-        start = blocks.host_progress(target, names, None)
+        lang = deps.locales.language_of(client, where.user) or "en"
+        start = blocks.host_progress(target, names, None, lang)
         kwargs: dict[str, Any] = {"channel": where.channel, **start.as_kwargs()}
         if where.thread_ts:
             kwargs["thread_ts"] = where.thread_ts
@@ -117,6 +130,9 @@ class HostDiagnostics:
         ts = posted["ts"] if posted else None
         channel = posted.get("channel", where.channel) if posted else where.channel
         thread_ts = where.thread_ts or ts
+        if self.fleet is not None and ts:  # replicas: one job per host in the shared queue
+            self._enqueue(where, channel, ts, target, hosts, checks, tier)
+            return
         ticker = _ProgressTicker(client, channel, ts, target, names, deps.settings.slack_update_interval_s)
         if ts:
             ticker.start()
@@ -140,10 +156,11 @@ class HostDiagnostics:
         titles = {}
         for case_id in report.case_ids():
             try:
-                titles[case_id] = deps.engine.case(case_id).title
+                titles[case_id] = case_title(deps.engine.case(case_id), lang)
             except Exception:  # noqa: BLE001 - a finding may name a case that was since removed
                 titles[case_id] = case_id
-        message = blocks.host_report(report, kb_titles=titles, asker=where.user if not where.thread_ts else None)
+        message = blocks.host_report(report, kb_titles=titles, asker=where.user if not where.thread_ts else None,
+                                     lang=lang)
         self._finish(client, where, channel, ts, message)
         if thread_ts and (facts := ThreadHostFacts.from_report(channel, thread_ts, report)) is not None:
             deps.thread_facts.remember(facts)  # a log pasted in this thread is explained with these facts
@@ -153,6 +170,21 @@ class HostDiagnostics:
                                        title=f"Raw check outputs: {target}", content=report.raw_text())
             except SlackApiError as exc:
                 log.warning("raw output upload failed: %s", exc.response.get("error"))
+
+    def _enqueue(self, where: Where, channel: str, ts: str, target: str, hosts: list[Any],
+                 checks: list[str] | None, tier: int) -> None:
+        """The summary is posted by whichever replica stores the last host's result (bot/slack/fleet.py);
+        the placeholder shows no live progress then: its edits could race the summary's."""
+        from bot.runner import planned_checks
+
+        names = [h.name for h in hosts]
+        audit_run_id = self.audit().start(user_id=where.user, channel_id=where.channel, source="slack",
+                                          target=target, hosts=names, checks=planned_checks(self.settings, checks, tier),
+                                          max_tier=tier)
+        spec = {"channel": channel, "ts": ts, "thread_ts": where.thread_ts, "checks": checks, "max_tier": tier,
+                "asker": where.user if not where.thread_ts else None}
+        self.fleet.queue.enqueue(spec, names, target=target, audit_run_id=audit_run_id)
+        self.fleet.poke()
 
     @staticmethod
     def _finish(client: Any, where: Where, channel: str, ts: str | None, message: blocks.Message) -> None:

@@ -307,6 +307,9 @@ def review_message(
             f"{inline_code(s.case_id, 80)} {_percent(s.similarity)}" for s in nearest[:3]))
     for w in list(warnings)[:3]:
         notes.append(":triangular_flag_on_post: " + escape_limited(w, 400)[0])
+    if kind != "example" and not _has_chinese_text(case):
+        notes.append(":cn: No Chinese text yet (summary_zh, cause_zh, fix text_zh): Chinese askers see the English "
+                     "text until someone adds it; `vllm-doctor kb lint` lists it for bundled cases")
     if permalink and _PERMALINK_RE.match(permalink):
         notes.append(f"<{permalink.replace('&', '&amp;')}|source message>")
     if notes:
@@ -324,6 +327,11 @@ def review_message(
         }
     )
     return Message(text=plain_limited(escape(fallback), 3000), blocks=blocks)
+
+
+def _has_chinese_text(case: dict[str, Any]) -> bool:
+    steps = case.get("fix") or []
+    return bool(case.get("cause_zh")) and all(step.get("text_zh") for step in steps)
 
 
 def decided_message(

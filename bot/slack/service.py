@@ -4,20 +4,35 @@ as one thing. `vllm-doctor serve`, the tests and bench/bench_slack.py all use th
 from __future__ import annotations
 
 import logging
+import os
+import secrets
+import socket
 import threading
+import time
 from typing import Any
 
 from bot.errors import ConfigError
+from bot.kbstore.sync import KBSync
+from bot.ops.health import ops_app
+from bot.runner.fleet import FleetQueue
 from bot.settings import Settings
 from bot.slack.app import HttpServer, SocketModeConnection, build_app, build_web_client, wsgi_app
+from bot.slack.dedup import SeenEvents
 from bot.slack.deps import SlackDeps
+from bot.slack.fleet import FleetWorker
 from bot.slack.hosts import load_host_diagnostics
 from bot.slack.recent import RecentAnswers
 from bot.slack.store import SlackStateDB
 from bot.slack.thread_facts import ThreadFacts
 from bot.slack.work import Workers
+from bot.storage import StorageError, open_database
 
 log = logging.getLogger(__name__)
+
+
+def replica_id() -> str:
+    """Who claimed a delivery or a fleet job: host name, pid and a random suffix (pids repeat in pods)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
 
 
 class SlackBot:
@@ -40,29 +55,49 @@ class SlackBot:
         self.settings = settings
         self.http = http
         self.client = build_web_client(settings)
-        state = SlackStateDB(settings.slack_state_db, retention_s=settings.slack_state_retention_days * 86400)
+        self.replica_id = replica_id()
+        state = SlackStateDB(settings.store_target(settings.slack_state_db),
+                             retention_s=settings.slack_state_retention_days * 86400)
+        self.state = state
         self.deps = SlackDeps(
             settings=settings,
             engine=engine,
             bot_token=settings.slack_bot_token or "",
             workers=Workers(settings.slack_workers),
+            seen_events=SeenEvents(claim=lambda key: state.claim(key, owner=self.replica_id)),
             recent=RecentAnswers(store=state),
             thread_facts=ThreadFacts(store=state),
             hosts=hosts if hosts is not None else load_host_diagnostics(settings),
             kb_growth=kb_growth,  # None: the KB-growth listeners build it from settings (build_app)
         )
         self.app = build_app(self.deps, self.client)
+        self.kb_sync: KBSync | None = None
+        growth = self.deps.kb_growth
+        if growth is not None:
+            growth.replica = self.replica_id
+            if settings.database_url and growth.live:  # cases approved on other replicas go live here too
+                self.kb_sync = KBSync(growth.db, growth.write_dir, engine, self.replica_id, settings.kb_poll_s)
+        self.fleet: FleetWorker | None = None
+        if settings.database_url and self.deps.hosts is not None:
+            self.fleet = FleetWorker(FleetQueue(open_database(settings.database_url)), self.deps, self.client,
+                                     owner=self.replica_id)
+            self.deps.hosts.fleet = self.fleet
         self._socket: SocketModeConnection | None = None
         if not http:
             self._socket = SocketModeConnection(self.app, settings.slack_app_token or "")
+        probes = {"kb": self._kb_ready, "database": self._database_ready, "slack": self.health,
+                  "serving": lambda: (not self._draining, "draining" if self._draining else "yes")}
+        if not http and settings.metrics_port is not None and port is None:
+            port = settings.metrics_port
         self._server = HttpServer(
-            wsgi_app(self.app if http else None, self.health),
+            ops_app(probes, alive=lambda: (True, "alive"), inner=wsgi_app(self.app if http else None, self.health)),
             host=host or settings.http_host,
             port=settings.http_port if port is None else port,
             threads=settings.http_threads,
             max_body_bytes=max(16 * 1024 * 1024, 3 * settings.slack_max_input_bytes),
         )
         self._stopped = threading.Event()
+        self._draining = False
 
     @property
     def port(self) -> int:
@@ -77,11 +112,35 @@ class SlackBot:
             return False, "socket mode: not connected to Slack"
         return True, f"ok ({'http' if self.http else 'socket mode'}, {self.deps.kb_size()} KB cases)"
 
+    def _kb_ready(self) -> tuple[bool, str]:
+        size = self.deps.kb_size()
+        return size > 0, f"{size} cases"
+
+    def _database_ready(self) -> tuple[bool, str]:
+        try:
+            self.state.db.ping()
+        except StorageError as exc:
+            return False, str(exc)
+        return True, self.state.db.backend
+
     def start(self) -> SlackBot:
         """Start serving in background threads and return."""
         if self._socket is not None:
             self._socket.connect()
         self._server.start()
+        if self.fleet is not None:
+            self.fleet.start()
+        elif self.deps.hosts is not None:  # one process owns the audit file: its old Slack runs are dead
+            try:
+                closed = self.deps.hosts.audit().close_interrupted("slack", time.time())
+            except (StorageError, ConfigError) as exc:
+                log.warning("could not close interrupted audit runs: %s", exc)
+            else:
+                if closed:
+                    log.warning("%d diagnose run(s) were interrupted by the last stop; audited as interrupted",
+                                closed)
+        if self.kb_sync is not None:
+            self.kb_sync.start()
         log.info("vllm-doctor serving %s on %s", "HTTP" if self.http else "Socket Mode (+/health)", self.url)
         return self
 
@@ -89,10 +148,18 @@ class SlackBot:
         self._stopped.wait()
 
     def stop(self, drain_s: float = 10.0) -> None:
-        """Stop taking requests, let running diagnoses finish (up to `drain_s`), then close."""
+        """Stop taking requests and fleet jobs, let running work finish (up to `drain_s`), hand back the
+        fleet jobs still running, then close."""
+        self._draining = True
         if self._socket is not None:
             self._socket.close()
         self._server.close()
+        if self.fleet is not None:
+            handed_back = self.fleet.stop(grace_s=drain_s)
+            if handed_back:
+                log.info("handed %d host checks back to the fleet queue", handed_back)
+        if self.kb_sync is not None:
+            self.kb_sync.stop()
         self.deps.workers.wait_idle(timeout=drain_s)
         self.deps.workers.shutdown(wait=False)
         self._stopped.set()

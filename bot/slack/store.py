@@ -1,37 +1,40 @@
-"""What the Slack bot must remember across restarts, in one SQLite file (VLLM_DOCTOR_SLACK_STATE_DB):
+"""What the Slack bot must remember across restarts and share between replicas (bot/storage: an SQLite
+file, VLLM_DOCTOR_SLACK_STATE_DB, or the PostgreSQL server of VLLM_DOCTOR_DATABASE_URL):
 
     answers        the minimum the buttons on an answer need (case, verdict, evidence, where it lives)
     feedback       who pressed "Fixed it" / "Didn't help" on which answer (shown on the Home tab)
     thread_hosts   the last host diagnosis of each thread, whose facts later explanations there use
+    claims         Slack deliveries (event ids, slash-command triggers) already taken by some replica
 
-WAL mode, a busy timeout and one short transaction per write on its own connection, so worker threads
-and a second bot process never step on each other. Rows older than the retention (and beyond MAX_ROWS
-per table) are pruned at start and every PRUNE_EVERY writes. A failing write or read is logged and
-treated as "not remembered": bookkeeping never costs anyone an answer.
+One short transaction per write, so worker threads and other replicas never step on each other. Rows
+older than the retention (and beyond MAX_ROWS per table) are pruned at start and every PRUNE_EVERY
+writes. A failing write or read is logged and treated as "not remembered": bookkeeping never costs
+anyone an answer (a failing claim counts as "first time": an answer twice beats no answer).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import sqlite3
 import threading
 import time
-from contextlib import closing
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 from bot.errors import ConfigError
-from bot.slack.recent import AnswerRecord
+from bot.slack.recent import AnswerRecord, Feedback
 from bot.slack.thread_facts import ThreadHostFacts
+from bot.storage import Migration, Row, StorageError, open_database
+from bot.storage.migrations import SchemaTooNew, migrate
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
 MAX_ROWS = 50_000  # per table; with the age limit, keeps the file at a few tens of MB at most
 PRUNE_EVERY = 200
+CLAIM_TTL_S = 24 * 3600.0  # Slack retries within minutes; a day is plenty
 
-_SCHEMA = """
+MIGRATIONS = [
+    Migration(1, "answers, feedback, thread hosts", """
 CREATE TABLE IF NOT EXISTS answers (
     answer_id  TEXT PRIMARY KEY,
     user_id    TEXT,
@@ -41,7 +44,7 @@ CREATE TABLE IF NOT EXISTS answers (
     verdict    TEXT NOT NULL,
     case_id    TEXT,
     title      TEXT,
-    evidence   TEXT NOT NULL,          -- distilled, redacted evidence lines
+    evidence   TEXT NOT NULL,
     created    REAL NOT NULL
 );
 CREATE INDEX IF NOT EXISTS answers_by_user ON answers (user_id, created);
@@ -56,55 +59,52 @@ CREATE TABLE IF NOT EXISTS thread_hosts (
     channel_id TEXT NOT NULL,
     thread_ts  TEXT NOT NULL,
     target     TEXT NOT NULL,
-    hosts      TEXT NOT NULL,          -- JSON list of host names
-    facts      TEXT NOT NULL,          -- JSON list of redacted fact lines
+    hosts      TEXT NOT NULL,
+    facts      TEXT NOT NULL,
     created    REAL NOT NULL,
     PRIMARY KEY (channel_id, thread_ts)
 );
-CREATE INDEX IF NOT EXISTS thread_hosts_by_age ON thread_hosts (created);
-"""
+CREATE INDEX IF NOT EXISTS thread_hosts_by_age ON thread_hosts (created)
+"""),
+    Migration(2, "claims: exactly-once Slack deliveries across replicas", """
+CREATE TABLE IF NOT EXISTS claims (
+    claim_key TEXT PRIMARY KEY,
+    owner     TEXT NOT NULL,
+    created   REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS claims_by_age ON claims (created)
+"""),
+]
+
+Statements = list[tuple[str, Sequence[object]]]
+_UPSERT_FEEDBACK = ("INSERT INTO feedback (answer_id, user_id, value) {source} "
+                    "ON CONFLICT (answer_id, user_id) DO UPDATE SET value = excluded.value")
 
 
 class SlackStateDB:
-    def __init__(self, path: Path | str, retention_s: float, clock: Any = time.time) -> None:
-        self.path = Path(path).expanduser()
+    def __init__(self, target: Path | str, retention_s: float, clock: Callable[[], float] = time.time) -> None:
+        """`target`: an SQLite file path or a postgresql:// URL."""
         self.retention_s = retention_s
         self._clock = clock
         self._writes = 0
         self._count_lock = threading.Lock()
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            with closing(self._connect()) as db:
-                if str(db.execute("PRAGMA journal_mode = WAL").fetchone()[0]).lower() != "wal":
-                    log.info("%s: WAL not available here (network file system?); using a rollback journal", self.path)
-                version = db.execute("PRAGMA user_version").fetchone()[0]
-                if version > SCHEMA_VERSION:
-                    raise ConfigError(f"{self.path} was written by a newer vllm-doctor (schema {version})")
-                db.executescript(_SCHEMA)
-                db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-        except (OSError, sqlite3.Error) as exc:
-            raise ConfigError(f"Slack state file {self.path}: {exc} (setting VLLM_DOCTOR_SLACK_STATE_DB)") from exc
+            self.db = open_database(target if isinstance(target, str) and "://" in target else Path(target),
+                                    "Slack state file", "VLLM_DOCTOR_SLACK_STATE_DB")
+            migrate(self.db, "slack", MIGRATIONS)
+        except SchemaTooNew:
+            raise
+        except (ConfigError, StorageError) as exc:
+            raise ConfigError(f"Slack state {target}: {exc} (setting VLLM_DOCTOR_SLACK_STATE_DB)") from exc
+        self.path = self.db.label
         self.prune()
 
-    def _connect(self) -> sqlite3.Connection:
-        db = sqlite3.connect(self.path, timeout=10, isolation_level=None)
-        db.execute("PRAGMA busy_timeout = 10000")
-        db.execute("PRAGMA foreign_keys = ON")
-        db.execute("PRAGMA synchronous = NORMAL")  # with WAL: a commit survives a crash of the process
-        return db
-
-    def _write(self, what: str, statements: list[tuple[str, tuple[Any, ...]]]) -> bool:
+    def _write(self, what: str, statements: Statements) -> bool:
         try:
-            with closing(self._connect()) as db:
-                db.execute("BEGIN IMMEDIATE")
-                try:
-                    for sql, params in statements:
-                        db.execute(sql, params)
-                except BaseException:
-                    db.execute("ROLLBACK")
-                    raise
-                db.execute("COMMIT")
-        except sqlite3.Error as exc:
+            with self.db.write() as conn:
+                for sql, params in statements:
+                    conn.execute(sql, params)
+        except StorageError as exc:
             log.warning("could not remember %s in %s: %s", what, self.path, exc)
             return False
         with self._count_lock:
@@ -114,49 +114,64 @@ class SlackStateDB:
             self.prune()
         return True
 
-    def _read(self, what: str, sql: str, params: tuple[Any, ...]) -> list[sqlite3.Row]:
+    def _read(self, what: str, sql: str, params: Sequence[object]) -> list[Row]:
         try:
-            with closing(self._connect()) as db:
-                db.row_factory = sqlite3.Row
-                return db.execute(sql, params).fetchall()
-        except sqlite3.Error as exc:
+            with self.db.read() as conn:
+                return conn.execute(sql, params).fetchall()
+        except StorageError as exc:
             log.warning("could not read %s from %s: %s", what, self.path, exc)
             return []
 
     def prune(self) -> None:
-        cutoff = self._clock() - self.retention_s
-        statements: list[tuple[str, tuple[Any, ...]]] = []
+        now = self._clock()
+        cutoff = now - self.retention_s
+        statements: Statements = []
         for table in ("answers", "thread_hosts"):
             statements.append((f"DELETE FROM {table} WHERE created < ?", (cutoff,)))
             statements.append((
                 f"DELETE FROM {table} WHERE created < (SELECT created FROM {table} ORDER BY created DESC "
                 "LIMIT 1 OFFSET ?)", (MAX_ROWS - 1,),
             ))
+        statements.append(("DELETE FROM claims WHERE created < ?", (now - CLAIM_TTL_S,)))
         try:
-            with closing(self._connect()) as db:
-                db.execute("BEGIN IMMEDIATE")
+            with self.db.write() as conn:
                 for sql, params in statements:
-                    db.execute(sql, params)
-                db.execute("COMMIT")
-        except sqlite3.Error as exc:
+                    conn.execute(sql, params)
+        except StorageError as exc:
             log.warning("could not prune %s: %s", self.path, exc)
+
+    # --- exactly-once deliveries ----------------------------------------------------------------------------
+    def claim(self, key: str, owner: str) -> bool:
+        """True for exactly one caller per key across all replicas sharing the database (the unique key
+        decides; no read-then-write race). A database error answers True: an answer twice beats none."""
+        try:
+            with self.db.write() as conn:
+                cur = conn.execute(
+                    "INSERT INTO claims (claim_key, owner, created) VALUES (?, ?, ?) ON CONFLICT (claim_key) DO NOTHING",
+                    (key, owner, self._clock()),
+                )
+                return cur.rowcount == 1
+        except StorageError as exc:
+            log.warning("could not claim %s in %s (answering anyway): %s", key, self.path, exc)
+            return True
 
     # --- answers ------------------------------------------------------------------------------------------
     def save_answer(self, r: AnswerRecord) -> bool:
-        statements: list[tuple[str, tuple[Any, ...]]] = [(
-            "INSERT INTO answers VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (answer_id) DO UPDATE SET "
+        statements: Statements = [(
+            "INSERT INTO answers (answer_id, user_id, channel_id, thread_ts, message_ts, verdict, case_id, title, "
+            "evidence, created) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (answer_id) DO UPDATE SET "
             "thread_ts = excluded.thread_ts, message_ts = excluded.message_ts",  # no REPLACE: keeps its feedback
             (r.answer_id, r.user_id, r.channel_id, r.thread_ts, r.message_ts, r.verdict, r.case_id, r.title,
              r.evidence, r.created),
         )]
-        statements += [("INSERT OR REPLACE INTO feedback VALUES (?, ?, ?)", (r.answer_id, user, value))
+        statements += [(_UPSERT_FEEDBACK.format(source="VALUES (?, ?, ?)"), (r.answer_id, user, value))
                        for user, value in r.feedback.items()]
         return self._write(f"answer {r.answer_id}", statements)
 
     def save_feedback(self, answer_id: str, user_id: str, value: str) -> bool:
         return self._write(f"feedback on {answer_id}", [(
-            "INSERT OR REPLACE INTO feedback SELECT ?, ?, ? WHERE EXISTS "
-            "(SELECT 1 FROM answers WHERE answer_id = ?)", (answer_id, user_id, value, answer_id),
+            _UPSERT_FEEDBACK.format(source="SELECT ?, ?, ? WHERE EXISTS (SELECT 1 FROM answers WHERE answer_id = ?)"),
+            (answer_id, user_id, value, answer_id),
         )])
 
     def load_answer(self, answer_id: str) -> AnswerRecord | None:
@@ -171,13 +186,13 @@ class SlackStateDB:
                           (user_id, self._clock() - self.retention_s, limit))
         return self._with_feedback(rows)
 
-    def _with_feedback(self, rows: list[sqlite3.Row]) -> list[AnswerRecord]:
-        ids = [row["answer_id"] for row in rows]
-        votes: dict[str, dict[str, Any]] = {i: {} for i in ids}
+    def _with_feedback(self, rows: list[Row]) -> list[AnswerRecord]:
+        ids = [str(row["answer_id"]) for row in rows]
+        votes: dict[str, dict[str, Feedback]] = {i: {} for i in ids}
         if ids:
             marks = ",".join("?" * len(ids))
             for vote in self._read("feedback", f"SELECT * FROM feedback WHERE answer_id IN ({marks})", tuple(ids)):
-                votes[vote["answer_id"]][vote["user_id"]] = vote["value"]
+                votes[str(vote["answer_id"])][str(vote["user_id"])] = vote["value"]  # CHECK-constrained
         return [
             AnswerRecord(answer_id=row["answer_id"], user_id=row["user_id"], channel_id=row["channel_id"],
                          thread_ts=row["thread_ts"], message_ts=row["message_ts"], verdict=row["verdict"],
@@ -189,7 +204,9 @@ class SlackStateDB:
     # --- host diagnoses per thread -------------------------------------------------------------------------
     def save_thread_facts(self, f: ThreadHostFacts) -> bool:
         return self._write(f"host facts of thread {f.channel_id}/{f.thread_ts}", [(
-            "INSERT OR REPLACE INTO thread_hosts VALUES (?, ?, ?, ?, ?, ?)",
+            "INSERT INTO thread_hosts (channel_id, thread_ts, target, hosts, facts, created) VALUES (?, ?, ?, ?, ?, ?) "
+            "ON CONFLICT (channel_id, thread_ts) DO UPDATE SET target = excluded.target, hosts = excluded.hosts, "
+            "facts = excluded.facts, created = excluded.created",
             (f.channel_id, f.thread_ts, f.target, json.dumps(list(f.hosts)), json.dumps(list(f.facts)), f.created),
         )])
 

@@ -10,15 +10,17 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import Any
+
+from bot.ops.logs import ContextExecutor
 
 log = logging.getLogger(__name__)
 
 
 class Workers:
     def __init__(self, max_workers: int = 4) -> None:
-        self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="doctor-worker")
+        self._pool = ContextExecutor(max_workers=max_workers, thread_name_prefix="doctor-worker")  # keeps request ids
         self._pending = 0
         self._idle = threading.Condition()
 

@@ -81,3 +81,15 @@ def test_feedback_thanks_text() -> None:
     assert "did not help" in changed.text and "earlier rating" in changed.text
     assert kbb.outcome_context(None) is None
     assert "solved 9 of 10" in json.dumps(kbb.outcome_context("solved 9 of 10"))
+
+
+def test_review_shows_a_case_without_chinese_text() -> None:
+    case = widget_case_data(1)
+    english_only = kbb.review_message(submission_id="kb1", kind="new", author_id="U0ALICE1", case=case,
+                                      target_case=None)
+    assert "No Chinese text yet" in json.dumps(english_only.blocks)
+    translated = case | {"cause_zh": "原因说明", "fix": [step | {"text_zh": "中文步骤"} for step in case["fix"]]}
+    complete = kbb.review_message(submission_id="kb1", kind="new", author_id="U0ALICE1", case=translated,
+                                  target_case=None)
+    assert "No Chinese text yet" not in json.dumps(complete.blocks)
+    assert block_errors(english_only.blocks, 50) == []

@@ -31,15 +31,19 @@ from kb.schema import Case
 KB = load_kb()
 
 
-@pytest.fixture
-def db(tmp_path: Path) -> Database:
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db(request: pytest.FixtureRequest, tmp_path: Path) -> Database:
+    """The same store tests on both backends of bot/storage."""
+    if request.param == "postgresql":
+        return Database(request.getfixturevalue("postgres_url"))
     return Database(tmp_path / "kb.sqlite3")
 
 
 # -- feedback ------------------------------------------------------------------------------------------------
 
 
-def test_database_is_in_wal_mode(db: Database) -> None:
+def test_database_is_in_wal_mode(tmp_path: Path) -> None:
+    db = Database(tmp_path / "kb.sqlite3")
     FeedbackStore(db).totals()
     mode = sqlite3.connect(db.path).execute("PRAGMA journal_mode").fetchone()[0]
     assert mode == "wal"
@@ -285,7 +289,7 @@ def test_suggested_signatures_for_every_bundled_example_hit_it_and_spare_healthy
         suggestions = suggest_signatures(example.log, healthy=healthy)
         with_suggestion += bool(suggestions)
         for s in suggestions:
-            probe = Case.model_construct(id="probe", secondary=False, signatures=[s.pattern])
+            probe = Case.model_construct(id="probe", signatures=[s.pattern])
             assert SignatureScanner([probe]).scan(distill(example.log).cleaned), (case.id, s.pattern)
             for name, lines in healthy:
                 assert not SignatureScanner([probe]).scan(lines), (case.id, s.pattern, name)

@@ -10,23 +10,27 @@ It also behaves like Slack where the bot could get it wrong:
   * takes uploads (files.getUploadURLExternal → POST upload_url → files.completeUploadExternal);
   * sinks response_url POSTs and hands out apps.connections.open URLs for Socket Mode;
   * answers usergroups.users.list from `groups`, or `missing_scope` when "usergroups:read" is taken out
-    of `scopes` (the scopes auth.test reports).
+    of `scopes` (the scopes auth.test reports);
+  * answers users.info with the user's `locale` from `locales` (only with include_locale, like Slack),
+    or `missing_scope` when "users:read" is taken out of `scopes`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import re
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 SCOPES = ("chat:write", "commands", "app_mentions:read", "files:read", "files:write", "im:history",
-          "usergroups:read")
+          "usergroups:read", "users:read")
 BOT_USER_ID = "UBOT0001"
 BOT_ID = "BBOT0001"
 TEAM_ID = "T0TEST01"
@@ -60,8 +64,12 @@ class FakeSlack:
         self.not_in_channels: set[str] = set()
         self.groups: dict[str, list[str]] = {}  # user group id (S…) → member user ids
         self.scopes: set[str] = set(SCOPES)
+        self.locales: dict[str, str] = {}  # user id → Slack locale, e.g. "zh-CN" (others: "en-US")
         self.truncated: list[Call] = []
         self._rate_limit_once: dict[str, int] = {}
+        self._release: threading.Event | None = None  # set: held calls go on (see holding())
+        self._hold_bound_s = 30.0
+        self.held_too_long: list[str] = []
         self._ts = itertools.count(1)
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
@@ -83,6 +91,24 @@ class FakeSlack:
         self._thread.join(timeout=5)
 
     # --- test controls -------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def holding(self, bound_s: float = 30.0) -> Iterator[None]:
+        """Every Web API call and response_url post made inside the block is recorded at once but answered
+        only when the block ends. A request the bot answers inside the block was therefore acked without
+        waiting for any Slack call of its work (ack before work: an ordering, not a stopwatch). A call
+        still held after `bound_s` goes on and is listed in `held_too_long`."""
+        self._release, self._hold_bound_s = threading.Event(), bound_s
+        try:
+            yield
+        finally:
+            self._release.set()
+            self._release = None
+
+    def _hold(self, method: str) -> None:
+        release = self._release
+        if release is not None and not release.wait(self._hold_bound_s):
+            self.held_too_long.append(method)
+
     def rate_limit_once(self, method: str, retry_after: int = 1) -> None:
         self._rate_limit_once[method] = retry_after
 
@@ -282,6 +308,7 @@ class _Handler(BaseHTTPRequestHandler):
         if path.startswith("/response/"):
             payload = json.loads(body or b"{}")
             fake._record(Call("response_url", payload, headers))
+            fake._hold("response_url")
             return self._send(200, None, raw=b"ok")
         if path.startswith("/files/"):
             file_id = path.split("/")[2]
@@ -298,6 +325,7 @@ class _Handler(BaseHTTPRequestHandler):
         params.pop("token", None)
         call = Call(method, params, headers)
         fake._record(call)
+        fake._hold(method)
 
         if method in fake._rate_limit_once:
             retry_after = fake._rate_limit_once.pop(method)
@@ -354,6 +382,16 @@ class _Handler(BaseHTTPRequestHandler):
         if members is None:
             return self._send(200, {"ok": False, "error": "no_such_subteam"})
         self._send(200, {"ok": True, "users": list(members)})
+
+    def api_users_info(self, call: Call) -> None:
+        if "users:read" not in self.fake.scopes:
+            return self._send(200, {"ok": False, "error": "missing_scope", "needed": "users:read",
+                                    "provided": ",".join(sorted(self.fake.scopes))})
+        user_id = call.params.get("user", "")
+        user: dict[str, Any] = {"id": user_id, "name": user_id.lower(), "is_bot": False}
+        if str(call.params.get("include_locale", "")).lower() in ("true", "1"):
+            user["locale"] = self.fake.locales.get(user_id, "en-US")
+        self._send(200, {"ok": True, "user": user})
 
     def api_chat_postMessage(self, call: Call) -> None:
         if self._message_ok(call):

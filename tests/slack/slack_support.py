@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import secrets
 import tempfile
 import time
 import urllib.error
@@ -108,7 +109,8 @@ class SlackSender:
             headers = {"X-Slack-Retry-Num": str(retry_num), "X-Slack-Retry-Reason": "http_timeout"}
         return self.post(json.dumps(envelope).encode(), "application/json", headers=headers, **kw)
 
-    def command(self, command: str, text: str, *, response_url: str, channel: str = "C0CHAN01", user: str = "U0ALICE1") -> Sent:
+    def command(self, command: str, text: str, *, response_url: str, channel: str = "C0CHAN01", user: str = "U0ALICE1",
+                trigger_id: str | None = None) -> Sent:
         form = {
             "token": "legacy",
             "team_id": "T0TEST01",
@@ -120,7 +122,7 @@ class SlackSender:
             "text": text,
             "api_app_id": "A0TEST",
             "response_url": response_url,
-            "trigger_id": "1337.42.abcd",
+            "trigger_id": trigger_id or f"1337.42.{secrets.token_hex(4)}",  # unique per invocation, as in Slack
         }
         return self.post(urlencode(form).encode(), "application/x-www-form-urlencoded")
 

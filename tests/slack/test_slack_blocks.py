@@ -201,3 +201,28 @@ def test_host_facts_note_shows_only_while_the_llm_explains_and_is_escaped() -> N
     assert "Using host facts" in source(llm_pending=True)
     assert "Using host facts" in source(streaming_text="The KV cache")
     assert "Using host facts" not in source()  # KB-only answer: the facts were not used
+
+
+def test_setup_facts_notes_and_also_noticed_are_shown_and_escaped() -> None:
+    """What the log says about the setup, the matcher's notes and advisories noticed on the side: all carry
+    text read from the paste, so all go through escaping."""
+    from dataclasses import replace
+
+    from bot.models import LogFacts
+
+    base = make_diagnosis()
+    best = replace(base.matches[0], notes=(f"fixed in vllm 0.6.4; this log shows {INJECTION}",))
+    noticed = make_match("enforce-eager-cuda-graphs-off", f"Slow decoding {INJECTION}", 0.7)
+    facts = LogFacts(vllm_version="0.5.3", model=f"org/{INJECTION}", gpu_blocks=0, max_model_len=4096)
+    diagnosis = replace(base, matches=(best, *base.matches[1:]), also_noticed=(noticed,), facts=facts,
+                        notes=(f"the paste ends inside a traceback {INJECTION}",))
+    message = blocks.answer(diagnosis, answer_id="x", case=make_case())
+    assert_valid(message.blocks)
+    by_id = {b.get("block_id"): json.dumps(b, ensure_ascii=False) for b in message.blocks}
+    assert "What the log says about your setup" in by_id["setup"]
+    assert "vLLM: 0.5.3" in by_id["setup"] and "GPU blocks: 0" in by_id["setup"] and "max_model_len: 4096" in by_id["setup"]
+    assert "Also noticed" in by_id["noticed"] and "enforce-eager-cuda-graphs-off" in by_id["noticed"]
+    assert "fixed in vllm 0.6.4" in by_id["case_notes"]
+    assert "ends inside a traceback" in by_id["verdict"]
+    text = json.dumps(message.blocks, ensure_ascii=False)
+    assert not SPECIAL_MENTION_RE.search(text) and "<https://evil" not in text

@@ -19,6 +19,11 @@ class ParseError(Exception):
     """The output does not have the expected shape; the check's verdict becomes `error`."""
 
 
+class Unavailable(Exception):
+    """The tool answered that it cannot do this on this host (e.g. the NVIDIA driver is not loaded): the
+    check's verdict becomes `skipped` with this message, and the check that owns the cause reports it."""
+
+
 @dataclass(frozen=True)
 class Output:
     stdout: str

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from bot.runner.parsers.base import Facts, Output, ParseError, error_line, parser, to_number
+from bot.runner.parsers.base import Facts, Output, ParseError, Unavailable, error_line, parser, to_number
 
 _HEADER_RE = re.compile(
     r"NVIDIA-SMI\s+(?P<smi>[\d.]+)\s+Driver Version:\s*(?P<driver>[\d.]+)\s+CUDA Version:\s*(?P<cuda>[\d.]+|N/A)"
@@ -27,6 +27,18 @@ def _smi_error(out: Output) -> str | None:
             if marker in line:
                 return line.strip()
     return error_line(out) if out.rc else None
+
+
+def _require_driver(out: Output) -> None:
+    """Checks other than gpu.driver are skipped, not errors, when nvidia-smi cannot reach the driver:
+    gpu.driver (and gpu.inventory) report that one cause with its KB case."""
+    if not out.rc:
+        return
+    text = out.stdout + "\n" + out.stderr
+    for marker in _SMI_ERRORS:
+        for line in text.splitlines():
+            if marker in line:
+                raise Unavailable(f"nvidia-smi cannot use the driver ({line.strip()[:160]}); see gpu.driver")
 
 
 @parser("nvidia_smi_header", ["driver_version", "cuda_version", "cuda_major", "smi_version", "error"])
@@ -63,7 +75,8 @@ def _csv_rows(out: Output, columns: int) -> list[list[str]]:
      "error"],
 )
 def nvidia_smi_gpus(out: Output) -> Facts:
-    """--query-gpu=index,name,pci.bus_id,memory.total,memory.used,compute_cap --format=csv,noheader,nounits"""
+    """scripts/gpu_inventory.sh: --query-gpu=index,name,pci.bus_id,memory.total,memory.used,compute_cap
+    (csv, noheader, nounits); compute_cap is [N/A] on drivers that cannot report it (R470)."""
     if out.rc and "No devices were found" not in out.stdout + out.stderr:
         return {"error": _smi_error(out)}
     rows = _csv_rows(out, 6)
@@ -77,7 +90,8 @@ def nvidia_smi_gpus(out: Output) -> Facts:
         gpus.append(f"GPU{index} {name} ({bus_id}, {total} MiB)")
         if name not in names:
             names.append(name)
-        caps.append(cap)
+        if cap and not cap.startswith("["):  # [N/A]
+            caps.append(cap)
         if total_n is not None:
             totals.append(total_n)
         if used_n is not None:
@@ -100,6 +114,7 @@ def nvidia_smi_gpus(out: Output) -> Facts:
 @parser("nvidia_smi_modes", ["persistence_off", "exclusive", "mig_enabled", "gpu_count"])
 def nvidia_smi_modes(out: Output) -> Facts:
     """--query-gpu=index,persistence_mode,compute_mode,mig.mode.current --format=csv,noheader"""
+    _require_driver(out)
     rows = _csv_rows(out, 4)
     persistence_off, exclusive, mig = [], [], []
     for index, persistence, compute, mig_mode in rows:
@@ -120,7 +135,9 @@ _THROTTLE_BITS = {0x8: "HW slowdown", 0x20: "SW thermal slowdown", 0x40: "HW the
 
 @parser("nvidia_smi_throttle", ["throttled", "max_temp_c"])
 def nvidia_smi_throttle(out: Output) -> Facts:
-    """--query-gpu=index,clocks_event_reasons.active,temperature.gpu --format=csv,noheader"""
+    """scripts/gpu_throttle.sh: --query-gpu=index,clocks_event_reasons.active,temperature.gpu (csv, noheader);
+    clocks_throttle_reasons.active on drivers before R535 (same bits)."""
+    _require_driver(out)
     rows = _csv_rows(out, 3)
     throttled, temps = [], []
     for index, mask, temp in rows:
@@ -144,6 +161,7 @@ def nvidia_smi_throttle(out: Output) -> Facts:
 )
 def nvidia_smi_ecc(out: Output) -> Facts:
     """`nvidia-smi -q -d ECC,PAGE_RETIREMENT,ROW_REMAPPER`: indented `Key : Value` lines per GPU."""
+    _require_driver(out)
     gpus: list[str] = []
     stack: list[tuple[int, str]] = []  # (indent, section name)
     volatile = aggregate = 0
@@ -200,6 +218,7 @@ def nvidia_smi_ecc(out: Output) -> Facts:
 @parser("nvidia_smi_topo", ["gpu_count", "nvlink_pairs", "pcie_pairs", "cross_socket_pairs", "links"])
 def nvidia_smi_topo(out: Output) -> Facts:
     """`nvidia-smi topo -m`: a GPU x GPU matrix of link types (X, NV#, PIX, PXB, PHB, NODE, SYS)."""
+    _require_driver(out)
     lines = [ln for ln in out.stdout.splitlines() if ln.strip()]
     header = next((ln for ln in lines if re.match(r"^\s+GPU0\b", ln)), None)
     if header is None:
@@ -234,23 +253,33 @@ _VLLM_SERVER_RE = re.compile(r"(?:^|/)vllm\s+serve\b|vllm\.entrypoints")
 
 @parser(
     "gpu_apps",
-    ["app_count", "used_mib_total", "apps", "leftover", "zombie", "missing", "foreign", "vllm_count", "error"],
+    ["app_count", "used_mib_total", "apps", "leftover", "zombie", "missing", "foreign", "vllm_count",
+     "free_share_for_vllm", "tightest_gpu", "error"],
 )
 def gpu_apps(out: Output) -> Facts:
-    """Output of scripts/gpu_apps.sh: `app pid=… used_mib=… name=…`, then `proc pid=… state=… ppid=…`
-    and `cmdline pid=… …` lines for every visible PID and its parent."""
+    """Output of scripts/gpu_apps.sh: `gpu bus=… total_mib=… used_mib=…` per GPU, `app pid=… bus=…
+    used_mib=… name=…`, then `proc pid=… state=… ppid=…` and `cmdline pid=… …` lines for every visible
+    PID and its parent.
+
+    `free_share_for_vllm` is the smallest share of a GPU's memory that a (re)started vLLM could take:
+    memory used by anything but vLLM's own processes (foreign, zombie, invisible PIDs, other containers)
+    is not coming back. vLLM refuses to start when it is below gpu_memory_utilization."""
     if out.rc:
         return {"error": _smi_error(out)}
     apps: list[dict] = []
+    gpus: list[dict] = []
     procs: dict[int, dict] = {}
     cmdlines: dict[int, str] = {}
     for line in out.stdout.splitlines():
         kind, _, rest = line.partition(" ")
         fields = dict(re.findall(r"(\w+)=(\S*)", rest.split(" name=")[0]))
-        if kind == "app":
+        if kind == "gpu":
+            gpus.append({"bus": fields.get("bus", "?"), "total": to_number(fields.get("total_mib", "")),
+                         "used": to_number(fields.get("used_mib", ""))})
+        elif kind == "app":
             name = rest.split(" name=", 1)[1] if " name=" in rest else ""
             apps.append({"pid": int(fields["pid"]), "used": to_number(fields.get("used_mib", "")) or 0,
-                         "name": name.strip()})
+                         "bus": fields.get("bus"), "name": name.strip(), "vllm": False})
         elif kind == "proc":
             procs[int(fields["pid"])] = {"state": fields.get("state"), "ppid": int(fields.get("ppid") or 0)}
         elif kind == "cmdline":
@@ -274,9 +303,11 @@ def gpu_apps(out: Output) -> Facts:
             foreign.append(label)
             continue
         vllm_count += 1
+        app["vllm"] = True
         parent_cmd = cmdlines.get(proc["ppid"], "")
         if not _VLLM_SERVER_RE.search(cmd) and not _VLLM_PROC_RE.search(parent_cmd):
             leftover.append(f"{label}, its vLLM parent is gone (parent pid {proc['ppid']}: {parent_cmd[:60] or '?'})")
+    free_share, tightest = _free_share_for_vllm(gpus, apps)
     return {
         "app_count": len(apps),
         "used_mib_total": sum(a["used"] for a in apps),
@@ -286,5 +317,23 @@ def gpu_apps(out: Output) -> Facts:
         "missing": missing,
         "foreign": foreign,
         "vllm_count": vllm_count,
+        "free_share_for_vllm": free_share,
+        "tightest_gpu": tightest,
         "error": None,
     }
+
+
+def _free_share_for_vllm(gpus: list[dict], apps: list[dict]) -> tuple[float | None, str | None]:
+    """(smallest free share over the GPUs once vLLM's own memory is released, that GPU described)."""
+    best: tuple[float, str] | None = None
+    for index, gpu in enumerate(gpus):
+        total, used = gpu["total"], gpu["used"]
+        if not total or used is None:
+            continue
+        own = sum(a["used"] for a in apps if a["vllm"] and a["bus"] == gpu["bus"])
+        held = max(0.0, used - own)
+        share = max(0.0, (total - held) / total)
+        text = f"GPU{index} ({gpu['bus']}): {held / 1024:.1f} of {total / 1024:.1f} GiB held by other processes"
+        if best is None or share < best[0]:
+            best = (round(share, 4), text)
+    return (best[0], best[1]) if best else (None, None)

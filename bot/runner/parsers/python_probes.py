@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import signal
 from typing import Any
 
 from packaging.markers import InvalidMarker, UndefinedEnvironmentName
@@ -10,6 +11,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
 from bot.runner.parsers.base import Facts, Output, load_json, parser
+from bot.runner.transport import describe_signal
 
 _ARCH_RE = re.compile(r"^(sm|compute)_(\d+)(\d)([af]?)$")
 
@@ -158,10 +160,18 @@ def vllm_dist(out: Output) -> Facts:
     }
 
 
-@parser("vllm_import", ["ok", "error", "version", "seconds", "where"])
+@parser("vllm_import", ["ok", "error", "version", "seconds", "where", "loader", "signal", "crash"])
 def vllm_import(out: Output) -> Facts:
+    """scripts/probe_vllm_import.py; `signal` (e.g. SIGILL) when the import crashed, `crash` says what
+    that signal means for a vLLM host."""
     data = load_json(out)
-    return {k: data.get(k) for k in ("ok", "error", "version", "seconds", "where")}
+    facts = {k: data.get(k) for k in ("ok", "error", "version", "seconds", "where", "loader", "signal")}
+    name = facts["signal"]
+    if isinstance(name, str) and name.startswith("SIG") and name in signal.Signals.__members__:
+        facts["crash"] = describe_signal(signal.Signals[name].value)
+    elif name is not None:
+        facts["crash"] = str(name)
+    return facts
 
 
 @parser("python_runtime", ["version", "implementation", "glibc_version", "libc", "machine", "executable", "in_venv"])

@@ -31,7 +31,11 @@ def run_diagnostics(deps: SlackDeps) -> Callable[..., None]:
         )
         client.views_open(
             trigger_id=body["trigger_id"],
-            view=blocks.host_picker_view(private_metadata=metadata, hosts_hint=deps.hosts.picker_hint()),
+            view=blocks.host_picker_view(
+                private_metadata=metadata,
+                hosts_hint=deps.hosts.picker_hint(client, (body.get("user") or {}).get("id"), channel),
+                lang=deps.locales.language_of(client, (body.get("user") or {}).get("id")) or "en",
+            ),
         )
 
     return on_run_diagnostics

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from bot.i18n import Language
 from bot.slack import blocks, kb_growth_blocks
 from bot.slack.deps import SlackDeps
 
@@ -14,12 +15,13 @@ def app_home_opened(deps: SlackDeps) -> Callable[..., None]:
         if event.get("tab", "home") != "home":
             return
         user = event["user"]
-        client.views_publish(user_id=user, view=home_for(deps, user))
+        lang = deps.locales.language_of(client, user) or "en"
+        client.views_publish(user_id=user, view=home_for(deps, user, lang))
 
     return on_app_home_opened
 
 
-def home_for(deps: SlackDeps, user: str) -> dict[str, Any]:
+def home_for(deps: SlackDeps, user: str, lang: Language = "en") -> dict[str, Any]:
     view = blocks.home_view(
         user_id=user,
         kb_size=deps.kb_size(),
@@ -28,6 +30,7 @@ def home_for(deps: SlackDeps, user: str) -> dict[str, Any]:
         runner_enabled=deps.runner_enabled,
         max_bytes=deps.max_bytes,
         watch_channels=sorted(deps.watch_channels),
+        lang=lang,
     )
     # Logs that got "unknown" or "Didn't help": candidates for new KB cases (Home tabs allow 100 blocks).
     extra = kb_growth_blocks.home_section_for(getattr(deps, "kb_growth", None))

@@ -10,11 +10,13 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from bot.question import is_deployment_question
 from bot.slack import blocks
 from bot.slack.conversation import LogRequest, Where, diagnose_and_answer, tell_user
 from bot.slack.deps import SlackDeps
 from bot.slack.heuristics import looks_like_error_log
 from bot.slack.incoming import mentions_user, slack_to_plain
+from kb.glossary import default_glossary
 
 _ANSWERED_SUBTYPES = {None, "file_share", "thread_broadcast"}
 _LOG_FILE_RE = re.compile(r"\.(?:log|txt|out|err|text)$|log|trace|error", re.I)
@@ -36,11 +38,13 @@ def message(deps: SlackDeps) -> Callable[..., None]:
         where = Where(channel=event["channel"], user=event.get("user"), thread_ts=event.get("thread_ts") or event["ts"])
         plain = slack_to_plain(text)
         if is_dm:
-            if files or _ERRORISH_RE.search(plain) or looks_like_error_log(plain):
+            if (files or _ERRORISH_RE.search(plain) or looks_like_error_log(plain)
+                    or is_deployment_question(plain, default_glossary())):
                 deps.workers.submit(diagnose_and_answer, deps, client, LogRequest(where, plain, files))
             else:
                 tell_user(client, where, blocks.notice(
-                    "Send me a vLLM error log (paste it, or attach it as a file) and I will look for the cause. "
+                    "Send me a vLLM error log (paste it, or attach it as a file) and I will look for the cause, or "
+                    "ask a question about your deployment (English or 中文). "
                     "`/vllm-diagnose help` shows everything I can do."
                 ))
             return

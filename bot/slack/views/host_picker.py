@@ -21,17 +21,18 @@ def host_picker_submitted(deps: SlackDeps) -> Callable[..., None]:
         if deps.hosts is None:
             ack(response_action="errors", errors={blocks.HOST_PICKER_BLOCK: NOT_CONFIGURED[:150]})
             return
-        problem = deps.hosts.check_target(words[0]) if words else "Type a host or group name."
-        if problem:
-            ack(response_action="errors", errors={blocks.HOST_PICKER_BLOCK: problem})
-            return
-        ack()
         try:
             meta = json.loads(view.get("private_metadata") or "{}")
         except ValueError:
             meta = {}
         user = (body.get("user") or {}).get("id")
-        where = Where(channel=meta.get("channel") or user, user=user, thread_ts=meta.get("thread_ts"))
+        channel = meta.get("channel") or user
+        problem = deps.hosts.check_target(client, user, channel, words[0]) if words else "Type a host or group name."
+        if problem:
+            ack(response_action="errors", errors={blocks.HOST_PICKER_BLOCK: problem})
+            return
+        ack()
+        where = Where(channel=channel, user=user, thread_ts=meta.get("thread_ts"))
         start_host_diagnosis(deps, client, where, words[0], words[1:])
 
     return on_host_picker

@@ -1,0 +1,145 @@
+"""The entry point of every user text: bytes or text → a `Paste` (decoded, checked, redacted once).
+
+A `Paste` is the only form in which a user's log travels downstream: distillation, matching, the LLM
+prompt, Slack, the KB-growth store and log records read `paste.text`, which is already redacted. The raw
+input is not kept anywhere: `Paste` can only be made here (`decode_input`, `redacted`), and both run the
+whole text through `bot.redact` first, as one multi-line text (PEM blocks span lines). Redaction keeps
+line breaks, so line numbers still point into what the user pasted.
+
+Decoding: UTF-8 (with or without BOM); UTF-16/32 by their BOM (PowerShell's `>` writes UTF-16 LE);
+GB18030 when UTF-8 fails; otherwise invalid bytes become U+FFFD. Lone surrogates in text (from JSON
+`"\\udcff"`) become U+FFFD too: tokenizers and the Slack API reject them. ANSI colour sequences are
+stripped before the binary test, so a densely coloured log is not refused as binary.
+"""
+
+from __future__ import annotations
+
+import codecs
+import re
+from dataclasses import dataclass, field
+from typing import Final
+
+from bot.errors import BinaryInput, EmptyInput, InputTooLarge
+from bot.redact import redact_with_count
+
+_ENTRY: Final = object()  # only this module holds it: a Paste made anywhere else fails at construction
+_HEAD = 8192  # bytes looked at by the binary test
+_ANSI_BYTES = re.compile(rb"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]{0,512}(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+# (BOM, codec) longest first: the UTF-32 LE BOM begins with the UTF-16 LE one
+_BOMS: Final = (
+    (codecs.BOM_UTF32_LE, "utf-32-le"),
+    (codecs.BOM_UTF32_BE, "utf-32-be"),
+    (codecs.BOM_UTF8, "utf-8"),
+    (codecs.BOM_UTF16_LE, "utf-16-le"),
+    (codecs.BOM_UTF16_BE, "utf-16-be"),
+)
+
+
+@dataclass(frozen=True)
+class Paste:
+    """A user's log, decoded and redacted. `text` never holds a secret the redactor knows."""
+
+    text: str
+    notes: tuple[str, ...] = ()  # e.g. "decoded as UTF-16 (byte order mark)"
+    secrets: int = 0  # how many secrets were replaced
+    size: int = 0  # bytes (or characters) the user sent
+    _made_by: object = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self._made_by is not _ENTRY:
+            raise TypeError("a Paste is made only by bot.paste.decode_input() or bot.paste.redacted()")
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def redacted(text: str | Paste) -> Paste:
+    """Text that is already decoded (a KB example, a form field, stored evidence) → Paste; a Paste is
+    returned as it is. No size or binary checks: use decode_input for what a user sends."""
+    if isinstance(text, Paste):
+        return text
+    clean, notes = _valid_text(text)
+    safe, count = redact_with_count(clean)
+    return Paste(safe, notes, count, len(text), _made_by=_ENTRY)
+
+
+def decode_input(data: str | bytes | Paste, max_bytes: int) -> Paste:
+    """Bytes or text from a user → Paste; refuses empty, binary and oversized input with a specific
+    message (bot.errors.UserInputError subclasses). Never raises anything else."""
+    if isinstance(data, Paste):
+        return data
+    size = _size(data, max_bytes)
+    if size > max_bytes:
+        raise InputTooLarge(
+            f"The log is {size / 1e6:.1f} MB; the limit is {max_bytes / 1e6:.0f} MB. "
+            "Paste the last part of the log: the error is usually at the end."
+        )
+    notes: list[str] = []
+    if isinstance(data, bytes):
+        text = _decode_bytes(data, notes)
+    else:
+        text = data
+        if "\x00" in text[:_HEAD]:
+            raise BinaryInput("This looks like binary data, not a text log. Paste the text of the error output.")
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    text, more = _valid_text(text)
+    notes += more
+    if not text.strip():
+        raise EmptyInput("The log is empty. Paste the error output of vLLM (the last 50-100 lines are usually enough).")
+    safe, count = redact_with_count(text)
+    return Paste(safe, tuple(notes), count, size, _made_by=_ENTRY)
+
+
+def _size(data: str | bytes, max_bytes: int) -> int:
+    if isinstance(data, bytes) or len(data) <= max_bytes // 4:  # ≤ 4 bytes per character: surely small enough
+        return len(data)
+    return len(data.encode("utf-8", "surrogatepass"))
+
+
+def decode_by_bom(data: bytes) -> tuple[str, str] | None:
+    """(text, codec) when `data` starts with a Unicode byte order mark, else None."""
+    for bom, codec in _BOMS:
+        if data.startswith(bom):
+            return data[len(bom):].decode(codec, errors="replace"), codec
+    return None
+
+
+def _decode_bytes(data: bytes, notes: list[str]) -> str:
+    by_bom = decode_by_bom(data)
+    if by_bom is not None:
+        text, codec = by_bom
+        if codec != "utf-8":
+            notes.append(f"decoded as {codec.upper()} (byte order mark)")
+        return text
+    head = data[:_HEAD]
+    if b"\x1b" in head:  # colour codes are text, not binary
+        head = _ANSI_BYTES.sub(b"", head)
+    if b"\x00" in head or (head and sum(b < 9 or 13 < b < 32 for b in head) / len(head) > 0.1):
+        raise BinaryInput(
+            "This looks like a binary file, not a text log. Paste the text of the error output "
+            "(or attach the .log/.txt file)."
+        )
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        pass
+    try:
+        text = data.decode("gb18030")
+        notes.append("decoded as GB18030 (not UTF-8)")
+        return text
+    except UnicodeDecodeError:
+        notes.append("invalid UTF-8 bytes were replaced with U+FFFD")
+        return data.decode("utf-8", errors="replace")
+
+
+def _valid_text(text: str) -> tuple[str, tuple[str, ...]]:
+    """Replace lone surrogates (not encodable, rejected by tokenizers and JSON consumers) with U+FFFD."""
+    if text.isascii():
+        return text, ()
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return _SURROGATE.sub("\ufffd", text), ("lone surrogate characters were replaced with U+FFFD",)
+    return text, ()

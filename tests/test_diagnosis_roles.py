@@ -1,0 +1,164 @@
+"""Cause-aware ranking with the real engine (MiniLM, FAISS, BM25, bundled KB): advisories and symptoms never
+take the answer from a cause, fact rules prove cases without an error line, truncated pastes stay modest,
+versions shown in the log are read against `fixed_in`."""
+
+from __future__ import annotations
+
+import pytest
+
+from bot.match import TRUNCATED_NOTE
+from kb.loader import load_kb
+
+KB = load_kb()
+CAUSES = [c for c in KB.cases if c.role == "cause"]
+SECONDARY = [(c.id, i, ex.log) for c in KB.cases if c.role != "cause" for i, ex in enumerate(c.examples)]
+
+# A real crash no case covers (a weight name missing from a checkpoint), for "advisory on top of a crash".
+UNCOVERED_CRASH = """Traceback (most recent call last):
+  File "/usr/local/lib/python3.10/dist-packages/vllm/model_executor/models/llama.py", line 455, in load_weights
+    param = params_dict[name]
+KeyError: 'model.layers.0.self_attn.qkv_proj.weight_scale_inv'"""
+ENFORCE_EAGER = KB.by_id()["enforce-eager-cuda-graphs-off"].examples[1].log
+
+
+def _lines(log: str) -> list[str]:
+    return log.rstrip("\n").split("\n")
+
+
+def _place(cause_log: str, extra_log: str, where: str) -> str:
+    cause, extra = _lines(cause_log), _lines(extra_log)
+    if where == "before":
+        out = extra + cause
+    elif where == "after":
+        out = cause + extra
+    else:
+        mid = max(1, len(cause) // 2)
+        out = cause[:mid] + extra + cause[mid:]
+    return "\n".join(out)
+
+
+@pytest.mark.parametrize("cause", CAUSES, ids=[c.id for c in CAUSES])
+def test_matrix_advisories_and_symptoms_never_displace_a_cause(doctor, cause) -> None:
+    """Every advisory/symptom example inserted before, inside and after a cause's example."""
+    log = cause.examples[0].log
+    assert doctor.diagnose(log).matches[0].case_id == cause.id  # the premise
+    failures = []
+    for sid, n, extra in SECONDARY:
+        for where in ("before", "inside", "after"):
+            d = doctor.diagnose(_place(log, extra, where))
+            top = d.matches[0].case_id if d.matches else None
+            if top != cause.id:
+                failures.append(f"{sid}#{n} {where}: top {top} ({d.verdict})")
+    assert not failures, f"{cause.id}: " + "; ".join(failures)
+
+
+def test_advisory_above_an_unexplained_crash_is_only_noticed(doctor) -> None:
+    d = doctor.diagnose(ENFORCE_EAGER + "\n" + UNCOVERED_CRASH)
+    assert all(m.case_id != "enforce-eager-cuda-graphs-off" for m in d.matches[:1])
+    assert d.verdict != "match" or d.best is None or d.best.case_id != "enforce-eager-cuda-graphs-off"
+    assert [m.case_id for m in d.also_noticed] == ["enforce-eager-cuda-graphs-off"]
+    alone = doctor.diagnose(ENFORCE_EAGER)  # with nothing else wrong, the advisory is the answer
+    assert alone.best is not None and alone.best.case_id == "enforce-eager-cuda-graphs-off" and not alone.also_noticed
+
+
+def test_symptom_points_to_the_earlier_root_error(doctor) -> None:
+    root = KB.by_id()["kv-cache-no-memory"].examples[0].log
+    dead = KB.by_id()["engine-dead"].examples[0].log
+    d = doctor.diagnose(root + "\n" + dead)
+    ids = [m.case_id for m in d.matches]
+    assert ids[0] == "kv-cache-no-memory" and d.verdict == "match"
+    assert "engine-dead" in ids
+    alone = doctor.diagnose(dead)
+    assert alone.best is not None and alone.best.case_id == "engine-dead"
+    assert any("does not show the earlier root error" in n for n in alone.best.notes)
+    # root error first, symptom later: the symptom's answer names that line
+    crash = "ERROR 05-12 01:48:40 [core.py:1] RuntimeError: CUDA error: an illegal memory access was encountered"
+    d = doctor.diagnose(crash + "\n" + dead)
+    sym = next(m for m in d.matches if m.case_id == "engine-dead")
+    assert sym.evidence[0].why.startswith("earlier root error") and sym.evidence[0].line_no == 1
+
+
+def test_fact_rule_proves_a_case_without_any_error_line(doctor) -> None:
+    log = (
+        "INFO 04-27 10:11:03 llm_engine.py:70] Initializing an LLM engine with config: model='/m/Qwen-7B', "
+        "dtype=torch.bfloat16, max_seq_len=4096, tensor_parallel_size=1, quantization=None, enforce_eager=False, seed=0)\n"
+        "INFO 04-27 10:13:05 llm_engine.py:275] # GPU blocks: 0, # CPU blocks: 256\n"
+    )
+    d = doctor.diagnose(log)
+    assert d.best is not None and d.best.case_id == "kv-cache-no-memory" and d.verdict == "match"
+    first = d.best.evidence[0]
+    assert first.why.startswith("fact rule") and "gpu_blocks 0" in first.text and first.line_no == 2
+    assert d.facts is not None and d.facts.gpu_blocks == 0 and d.facts.max_model_len == 4096
+
+
+def test_block_arithmetic_shows_in_the_evidence(doctor) -> None:
+    log = (
+        "INFO 02-14 03:50:41 api_server.py:529] args: Namespace(model='x/y', block_size=16, max_model_len=32768)\n"
+        "INFO 02-14 03:51:41 gpu_executor.py:114] # GPU blocks: 512, # CPU blocks: 2048\n"
+    )
+    d = doctor.diagnose(log)
+    assert d.best is not None and d.best.case_id == "max-model-len-exceeds-kv-cache"
+    assert d.best.evidence[0].text == "gpu_blocks 512 × block_size 16 = 8,192 < max_model_len 32,768"
+    assert {e.line_no for e in d.best.evidence[1:3]} == {1, 2}
+
+
+def _cut_before_exception(log: str) -> str:
+    lines = _lines(log)
+    last = max(i for i, ln in enumerate(lines) if ln.startswith("ValueError"))
+    return "\n".join(lines[:last])
+
+
+def test_truncated_paste_is_at_most_uncertain_and_says_so(doctor) -> None:
+    full = KB.by_id()["bf16-unsupported-pre-ampere"].examples[1].log
+    cut = _cut_before_exception(full)
+    assert "Bfloat16 is only supported" not in cut
+    d = doctor.diagnose(cut)
+    assert d.distilled.truncated and TRUNCATED_NOTE in d.notes
+    assert d.best is not None and d.best.case_id == "bf16-unsupported-pre-ampere"  # from its frames
+    assert d.verdict == "uncertain"
+    assert not doctor.diagnose(full).distilled.truncated
+
+
+def test_truncated_paste_proven_by_a_fact_rule_may_match(doctor) -> None:
+    cut = _cut_before_exception(KB.by_id()["bf16-unsupported-pre-ampere"].examples[1].log)
+    facts = (
+        "INFO 05-29 10:26:04 llm_engine.py:100] Initializing an LLM engine (v0.4.2) with config: model='m', "
+        "dtype=torch.bfloat16, max_seq_len=2048\n"
+        "UserWarning: Found GPU0 Tesla K80 which is of cuda capability 3.7.\n"
+    )
+    d = doctor.diagnose(facts + cut)
+    assert d.best is not None and d.best.case_id == "bf16-unsupported-pre-ampere"
+    assert d.verdict == "match" and TRUNCATED_NOTE in d.notes
+    assert "compute_capability 3.7 < 8" in d.best.evidence[0].text
+
+
+def _matcher_with(doctor, case_id: str, **update: object):
+    """The engine's own index and KB, with one case's version fields changed (no file is written)."""
+    from dataclasses import replace
+
+    from bot.match import Matcher
+
+    cases = tuple(c.model_copy(update=update) if c.id == case_id else c for c in doctor.kb.cases)
+    return Matcher(replace(doctor.kb, cases=cases), doctor.index, doctor.thresholds)
+
+
+def test_version_in_the_log_is_read_against_fixed_in(doctor) -> None:
+    from bot.distill import distill
+    from bot.facts import read_facts
+
+    example = KB.by_id()["cuda-reinit-forked-subprocess"].examples[0].log
+    matcher = _matcher_with(doctor, "cuda-reinit-forked-subprocess", fixed_in={"vllm": "0.6.4"})
+    old = "INFO 07-25 12:00:00 api_server.py:219] vLLM API server version 0.5.3.post1\n" + example
+    ranking = matcher.rank(distill(old), facts=read_facts(old))
+    best = ranking.matches[0]
+    assert best.case_id == "cuda-reinit-forked-subprocess"
+    assert "fixed in vllm 0.6.4; this log shows 0.5.3.post1 — upgrading is the fix" in best.notes
+    new = old.replace("0.5.3.post1", "0.7.2")
+    ranked_new = matcher.rank(distill(new), facts=read_facts(new)).matches
+    fixed = next(m for m in ranked_new if m.case_id == "cuda-reinit-forked-subprocess")
+    assert fixed.score < best.score and fixed.scores["fixed_version"] < 0
+    assert any("already has the fix" in n for n in fixed.notes)
+    outside = _matcher_with(doctor, "cuda-reinit-forked-subprocess", affects={"vllm": "<0.6"})
+    m = next(m for m in outside.rank(distill(new), facts=read_facts(new)).matches
+             if m.case_id == "cuda-reinit-forked-subprocess")
+    assert any("outside that range" in n for n in m.notes)
