@@ -147,7 +147,7 @@ def fleet_grid_picture(hosts: Sequence[str], areas: Sequence[str], cells: dict[t
     """Hosts × check areas, coloured by the worst verdict; a cell with a problem names it (mark + finding)."""
     if not hosts or not areas:
         raise ValueError("an empty grid has nothing to draw")
-    width_in = min(16.0, 3.2 + 1.45 * len(areas))
+    width_in = min(16.0, max(8.0, 3.2 + 1.45 * len(areas)))
     height_in = min(40.0, 1.8 + 0.5 * len(hosts))
     order = list(VERDICT_COLOURS)
     codes = [[order.index(cells[(h, a)].verdict) if (h, a) in cells and cells[(h, a)].verdict in order
