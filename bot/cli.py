@@ -2,6 +2,8 @@
 
     vllm-doctor explain [FILE|-] [--json] [--no-llm] [--host-report REPORT.json]   diagnose one log
     vllm-doctor explain --no-llm --jsonl IN.jsonl         batch contract: one JSON object per input line
+    vllm-doctor explain FILE --plot MEM.png               also draw the GPU memory picture (bot/pictures.py)
+    vllm-doctor report-draft [FILE|-] [-o DRAFT.md]       a vLLM bug-report draft (bot/report_draft.py)
     vllm-doctor kb list [--json] | kb lint [DIR] | kb show ID
     vllm-doctor index [--rebuild]
     vllm-doctor eval LABELLED.jsonl [--json] [--floor …]
@@ -191,6 +193,58 @@ def cmd_explain(args: argparse.Namespace) -> int:
         from bot.render import render_text
 
         print(render_text(diagnosis, doctor, explanation, color=_want_color(), lang=lang))
+    if args.plot:
+        _plot_log_memory(diagnosis, Path(args.plot))
+    return 0
+
+
+def _plot_log_memory(diagnosis: Any, path: Path) -> None:
+    """`explain --plot FILE.png`: the GPU memory picture, when the log states the numbers."""
+    from bot.memory_view import log_memory_bars, log_memory_title
+    from bot.pictures import memory_picture
+
+    bars = log_memory_bars(diagnosis.facts) if diagnosis.facts is not None else ()
+    if not bars:
+        print("note: no picture: the log states no GPU memory numbers (vLLM prints them while profiling "
+              "memory at start-up)", file=sys.stderr)
+        return
+    _write_png(path, memory_picture(bars, log_memory_title(diagnosis.facts)).png)
+
+
+def _write_png(path: Path, png: bytes) -> None:
+    try:
+        path.write_bytes(png)
+    except OSError as exc:
+        raise UserInputError(f"cannot write {path}: {exc.strerror or exc}") from None
+    print(f"picture written to {path}", file=sys.stderr)
+
+
+def cmd_report_draft(args: argparse.Namespace) -> int:
+    """`vllm-doctor report-draft [FILE|-]`: Markdown for a vLLM bug report from a (redacted) log."""
+    from bot.report_draft import draft, environment_from_host
+
+    env = None
+    if args.host_report:
+        from bot.runner.report import load_report
+
+        report = load_report(args.host_report)
+        if report.hosts:
+            host = report.hosts[0]
+            env = environment_from_host({c.id: c.facts for c in host.checks}, host.host)
+    data = _read_input(args.file)
+    doctor = _doctor()
+    diagnosis = doctor.diagnose(data)
+    from bot.models import LogFacts
+
+    text = draft(diagnosis, diagnosis.facts or LogFacts(), env=env)
+    if args.output:
+        try:
+            Path(args.output).write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise UserInputError(f"cannot write {args.output}: {exc.strerror or exc}") from None
+        print(f"draft written to {args.output} (nothing was sent anywhere)", file=sys.stderr)
+    else:
+        print(text)
     return 0
 
 
@@ -272,9 +326,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--jsonl", metavar="IN.jsonl", help='batch: objects with "id" and "log"; one result line each')
     p.add_argument("--no-llm", action="store_true", help="KB-only answer, do not call the LLM")
     p.add_argument("--lang", choices=["en", "zh"], help="answer language (default: from the paste)")
+    p.add_argument("--plot", metavar="FILE.png", help="also draw the GPU memory picture from the log's numbers")
     p.add_argument("--host-report", metavar="REPORT.json",
                    help="output of `vllm-doctor diagnose HOST --json`: its findings go into the LLM prompt")
     p.set_defaults(func=cmd_explain)
+
+    p = sub.add_parser("report-draft", help="draft a vLLM bug report (Markdown) from a log; nothing is sent")
+    p.add_argument("file", nargs="?", help="log file, or - for stdin (default)")
+    p.add_argument("--host-report", metavar="REPORT.json",
+                   help="output of `vllm-doctor diagnose HOST --json`: the environment section comes from it")
+    p.add_argument("-o", "--output", metavar="FILE.md", help="write the draft here instead of stdout")
+    p.set_defaults(func=cmd_report_draft)
 
     p = sub.add_parser("kb", help="knowledge base: list, lint, show, add, search, stats")
     kb_sub = p.add_subparsers(dest="kb_cmd", required=True)

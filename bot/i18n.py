@@ -103,6 +103,11 @@ _TEXT: dict[str, dict[Language, str]] = {
     "button.not_helpful": {"en": "Didn't help", "zh": "没有帮助"},
     "button.run_diagnostics": {"en": "Run diagnostics on a host", "zh": "在主机上运行诊断"},
     "button.add_case": {"en": "Add as a KB case", "zh": "添加为知识库案例"},
+    "button.draft_issue": {"en": "Draft a vLLM issue", "zh": "起草 vLLM issue"},
+    "draft.posted": {"en": "Draft of a vLLM bug report (nothing was sent; review before posting)",
+                     "zh": "vLLM 问题报告草稿（没有发送到任何地方；发布前请检查）"},
+    "draft.expired": {"en": "That answer has expired; paste the log again to draft a report.",
+                      "zh": "这条回答已过期；请重新粘贴日志再起草报告。"},
     # Slack answer (bot/slack/blocks.py); mrkdwn markup stays in the builders
     "slack.head.match": {"en": "Likely cause: {title}", "zh": "最可能的原因：{title}"},
     "slack.head.uncertain": {"en": "Possible cause (not certain): {title}", "zh": "可能的原因（不确定）：{title}"},

@@ -18,6 +18,7 @@ HEAVY = {
     "psycopg": "bot/storage/postgres.py",
     "psycopg_pool": "bot/storage/postgres.py",
     "prometheus_client": "bot/ops/metrics.py",
+    "matplotlib": "bot/pictures.py",
 }
 
 

@@ -10,11 +10,17 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import signal
 import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from bot.runner.fleet_view import FleetView
+    from bot.runner.report import DiagnosisReport as FleetReportLike
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -28,6 +34,12 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tier", type=int, choices=(0, 1, 2), default=0,
                         help="highest tier to run: 0 read-only (default), 1 root/slower, 2 intrusive")
     parser.add_argument("--raw", metavar="FILE", type=Path, help="write every command's (redacted) output here")
+    parser.add_argument("--plot", metavar="FILE.png", type=Path,
+                        help="draw each GPU's memory (used by others vs the share vLLM plans to take)")
+    parser.add_argument("--grid", metavar="FILE.png", type=Path,
+                        help="draw the hosts × check areas grid (coloured by the worst verdict)")
+    parser.add_argument("--save-baseline", action="store_true",
+                        help="store this run's facts as the group's known-good baseline; later runs report drift")
     parser.add_argument("--list", action="store_true", help="list the check catalogue and exit")
     parser.add_argument("--no-progress", action="store_true", help="no progress display on stderr")
     local = parser.add_argument_group("--local host fields (remote hosts take them from the inventory)")
@@ -77,11 +89,58 @@ def run(args: argparse.Namespace, settings) -> int:
                                local=args.local, hosts=hosts, progress=show.update)
     if args.raw:
         args.raw.write_text(report.raw_text(), encoding="utf-8")
+    from bot.runner.fleet_view import fleet_view
+
+    view = fleet_view(report, settings, save_baseline=args.save_baseline,
+                      saved_by=None if args.local else "cli")
     if args.json:
-        print(report.to_json())
+        data = json.loads(report.to_json())
+        data["fleet_diff"] = [d.sentence() for d in view.differences]  # added keys; the others unchanged
+        data["drift"] = [d.sentence() for d in view.drift]
+        print(json.dumps(data, indent=2, ensure_ascii=False))
     else:
+        _print_fleet_view(view)
         _print_text(report)
+    _draw(report, args, settings)
     return 0 if report.verdict in ("ok", "warn", "skipped") else 1
+
+
+def _print_fleet_view(view: FleetView) -> None:
+    for d in view.drift:  # drift first: it names what changed since the group last worked
+        print(f"drift: {d.sentence()}")
+    for d in view.differences:
+        print(f"differs: {d.sentence()}")
+    if view.baseline_saved:
+        print("baseline saved: later runs of this target report drift from it")
+
+
+def _draw(report: FleetReportLike, args: argparse.Namespace, settings: object) -> None:
+    from bot.errors import UserInputError
+
+    if not (args.plot or args.grid):
+        return
+    from bot.memory_view import host_memory_bars
+    from bot.pictures import memory_picture
+    from bot.runner.fleet_view import grid_picture
+
+    for path, make in ((args.plot, lambda: _memory(report, host_memory_bars, memory_picture)),
+                       (args.grid, lambda: grid_picture(report))):
+        if path is None:
+            continue
+        picture = make()
+        if picture is None:
+            print(f"note: nothing to draw for {path} (no GPU memory facts in this run)", file=sys.stderr)
+            continue
+        try:
+            path.write_bytes(picture.png)
+        except OSError as exc:
+            raise UserInputError(f"cannot write {path}: {exc.strerror or exc}") from None
+        print(f"picture written to {path}", file=sys.stderr)
+
+
+def _memory(report: FleetReportLike, bars_of: Any, draw: Any) -> Any:
+    bars = bars_of(report)
+    return draw(bars, f"GPU memory on {report.target}") if bars else None
 
 
 @contextlib.contextmanager

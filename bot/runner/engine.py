@@ -238,14 +238,25 @@ async def diagnose_hosts(
     max_parallel_hosts: int = 32,
 ) -> list[HostReport]:
     gate = asyncio.Semaphore(max_parallel_hosts)
+    total, done = len(hosts), 0
+
+    def say(message: str) -> None:
+        # A group run prefixes every line with hosts done/total: the CLI status line and the Slack
+        # placeholder ("12/40 hosts done · gpu07: connected") show how far the run is.
+        if progress is not None:
+            progress(f"{done}/{total} hosts done · {message}" if total > 1 else message)
 
     async def one(host: Host) -> HostReport:
+        nonlocal done
         async with gate:
             try:
-                return await diagnose_host(host, connector, checks, catalogue, progress)
+                report = await diagnose_host(host, connector, checks, catalogue, say)
             except Exception as exc:  # a bug must not take the other hosts down; it is reported per host
-                return HostReport(host=host.name, address=host.connect_to, error=f"internal error: {exc!r}",
-                                  error_kind="InternalError")
+                report = HostReport(host=host.name, address=host.connect_to, error=f"internal error: {exc!r}",
+                                    error_kind="InternalError")
+            done += 1
+            say(f"{host.name}: {report.verdict}")
+            return report
 
     try:
         reports = list(await asyncio.gather(*(one(h) for h in hosts)))

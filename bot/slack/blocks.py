@@ -41,6 +41,7 @@ ACTION_FIXED = "feedback_fixed"
 ACTION_NOT_HELPFUL = "feedback_not_helpful"
 ACTION_RUN_DIAGNOSTICS = "run_host_diagnostics"
 ACTION_ADD_KB_CASE = "add_kb_case"
+ACTION_DRAFT_ISSUE = "draft_vllm_issue"
 HOST_PICKER_CALLBACK = "host_picker"
 HOST_PICKER_BLOCK = "target"
 HOST_PICKER_INPUT = "target_input"
@@ -334,6 +335,7 @@ def answer_actions(answer_id: str, lang: Language = "en") -> dict[str, Any]:
         _button(f":x: {t('button.not_helpful', lang)}", ACTION_NOT_HELPFUL, answer_id),
         _button(f":desktop_computer: {t('button.run_diagnostics', lang)}", ACTION_RUN_DIAGNOSTICS, answer_id),
         _button(f":heavy_plus_sign: {t('button.add_case', lang)}", ACTION_ADD_KB_CASE, answer_id),
+        _button(f":memo: {t('button.draft_issue', lang)}", ACTION_DRAFT_ISSUE, answer_id),
     ]
     return {"type": "actions", "block_id": "answer_actions", "elements": buttons}
 
@@ -490,8 +492,10 @@ def host_progress(target: str, hosts: Sequence[str], latest: str | None, lang: L
     return Message(text=f"Running checks on {escape_limited(target, 100)[0]}…", blocks=blocks_)
 
 
-def host_report(report: Any, *, kb_titles: dict[str, str], asker: str | None = None, lang: Language = "en") -> Message:
-    """One host: its findings. Several hosts: a host × area grid, then the worst findings."""
+def host_report(report: Any, *, kb_titles: dict[str, str], asker: str | None = None, lang: Language = "en",
+                fleet_notes: Sequence[str] = ()) -> Message:
+    """One host: its findings. Several hosts: drift from the baseline and hosts that differ from the rest
+    first (`fleet_notes`, bot/runner/fleet_view.py), then a host × area grid, then the worst findings."""
     verdict = report.verdict
     hosts = report.hosts
     findings = report.findings()
@@ -508,6 +512,11 @@ def host_report(report: Any, *, kb_titles: dict[str, str], asker: str | None = N
         head = f"{user_mention(asker)} {head}"
     out: list[dict[str, Any]] = [_section(head, "host_verdict")]
     cut = False
+    if fleet_notes:  # "what changed / what differs" is usually the answer to "works on A, fails on B"
+        body, notes_cut = _bounded_join([f":left_right_arrow: {escape_limited(n, 300)[0]}" for n in fleet_notes[:10]],
+                                        SECTION_TEXT_MAX, "…")
+        cut |= notes_cut or len(fleet_notes) > 10
+        out.append(_section(body, "fleet_notes"))
 
     if len(hosts) > 1:
         fields = []

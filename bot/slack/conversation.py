@@ -157,7 +157,26 @@ def diagnose_and_answer(deps: SlackDeps, client: Any, request: LogRequest) -> st
 
     if explain:
         _stream_explanation(deps, diagnosis, build, post, list(host.facts) if host else None, lang)
+    _attach_files(deps, diagnosis, post, answer_id)
     return answer_id
+
+
+def _attach_files(deps: SlackDeps, diagnosis: Diagnosis, post: _Poster, answer_id: str) -> None:
+    """After the text answer (and the LLM's) is posted: the memory picture and, for a log the KB could not
+    explain, a bug-report draft. Best effort: a failure here costs the file, never the answer."""
+    from bot.slack import attachments
+
+    try:
+        picture = attachments.memory_png(diagnosis)
+        if picture is not None:
+            png, title = picture
+            post.file(f"gpu-memory-{answer_id}.png", png, title)
+        if attachments.wants_draft(diagnosis):
+            text = attachments.draft_text(diagnosis, attachments.feedback_of(deps.kb_growth, diagnosis))
+            post.file(f"vllm-issue-draft-{answer_id}.md", text,
+                      "Draft of a vLLM bug report (nothing was sent; review before posting)")
+    except Exception:  # noqa: BLE001 - see docstring
+        log.exception("could not attach files to answer %s", answer_id)
 
 
 def _stream_explanation(deps: SlackDeps, diagnosis: Diagnosis, build: Callable[..., Message], post: _Poster,
@@ -264,12 +283,14 @@ class _Poster:
             except SlackApiError as exc:
                 log.warning("could not delete placeholder %s: %s", self.ts, exc.response.get("error"))
 
-    def file(self, filename: str, content: str, title: str) -> None:
+    def file(self, filename: str, content: str | bytes, title: str) -> None:
+        """A text (content) or binary (a PNG) file in the answer's thread."""
         if self._via_response_url or not self.thread_ts:
             return  # no thread to put it in; the message says what was cut
+        body = {"file": content} if isinstance(content, bytes) else {"content": content}
         try:
             self._client.files_upload_v2(
-                channel=self.channel, thread_ts=self.thread_ts, filename=filename, title=title, content=content
+                channel=self.channel, thread_ts=self.thread_ts, filename=filename, title=title, **body
             )
         except SlackApiError as exc:
             log.warning("file upload to %s failed: %s", self.channel, exc.response.get("error"))

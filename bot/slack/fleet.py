@@ -191,7 +191,10 @@ class FleetWorker:
                 titles[case_id] = self.deps.engine.case(case_id).title
             except Exception:  # noqa: BLE001 - a finding may name a case that was since removed
                 titles[case_id] = case_id
-        message = blocks.host_report(report, kb_titles=titles, asker=spec.get("asker"))
+        from bot.slack.attachments import fleet_extras
+
+        notes, pictures = fleet_extras(report, self.deps.settings)
+        message = blocks.host_report(report, kb_titles=titles, asker=spec.get("asker"), fleet_notes=notes)
         channel, ts, thread_ts = spec["channel"], spec.get("ts"), spec.get("thread_ts")
         if ts:
             self.client.chat_update(channel=channel, ts=ts, **message.as_kwargs())
@@ -208,3 +211,9 @@ class FleetWorker:
                                         title=f"Raw check outputs: {run.target}", content=report.raw_text())
         except SlackApiError as exc:
             log.warning("raw output upload failed: %s", exc.response.get("error"))
+        for filename, png, title in pictures:
+            try:
+                self.client.files_upload_v2(channel=channel, thread_ts=thread_ts, filename=filename, title=title,
+                                            file=png)
+            except SlackApiError as exc:
+                log.warning("picture upload failed: %s", exc.response.get("error"))

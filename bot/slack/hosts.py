@@ -159,8 +159,11 @@ class HostDiagnostics:
                 titles[case_id] = case_title(deps.engine.case(case_id), lang)
             except Exception:  # noqa: BLE001 - a finding may name a case that was since removed
                 titles[case_id] = case_id
+        from bot.slack.attachments import fleet_extras
+
+        notes, pictures = fleet_extras(report, self.settings)
         message = blocks.host_report(report, kb_titles=titles, asker=where.user if not where.thread_ts else None,
-                                     lang=lang)
+                                     lang=lang, fleet_notes=notes)
         self._finish(client, where, channel, ts, message)
         if thread_ts and (facts := ThreadHostFacts.from_report(channel, thread_ts, report)) is not None:
             deps.thread_facts.remember(facts)  # a log pasted in this thread is explained with these facts
@@ -170,6 +173,11 @@ class HostDiagnostics:
                                        title=f"Raw check outputs: {target}", content=report.raw_text())
             except SlackApiError as exc:
                 log.warning("raw output upload failed: %s", exc.response.get("error"))
+            for filename, png, title in pictures:
+                try:
+                    client.files_upload_v2(channel=channel, thread_ts=thread_ts, filename=filename, title=title, file=png)
+                except SlackApiError as exc:
+                    log.warning("picture upload failed: %s", exc.response.get("error"))
 
     def _enqueue(self, where: Where, channel: str, ts: str, target: str, hosts: list[Any],
                  checks: list[str] | None, tier: int) -> None:

@@ -71,7 +71,8 @@ def _csv_rows(out: Output, columns: int) -> list[list[str]]:
 
 @parser(
     "nvidia_smi_gpus",
-    ["gpu_count", "gpus", "names", "memory_total_mib", "memory_used_mib", "busiest_gpu", "compute_caps", "error"],
+    ["gpu_count", "gpus", "names", "memory_total_mib", "memory_used_mib", "busiest_gpu", "compute_caps", "per_gpu",
+     "error"],
 )
 def nvidia_smi_gpus(out: Output) -> Facts:
     """scripts/gpu_inventory.sh: --query-gpu=index,name,pci.bus_id,memory.total,memory.used,compute_cap
@@ -82,8 +83,10 @@ def nvidia_smi_gpus(out: Output) -> Facts:
     gpus, caps, names = [], [], []
     totals, used = [], []
     busiest, busiest_used = None, -1.0
+    per_gpu: list[dict[str, object]] = []  # for the memory picture (bot/memory_view.py)
     for index, name, bus_id, total, mem_used, cap in rows:
         total_n, used_n = to_number(total), to_number(mem_used)
+        per_gpu.append({"index": index, "name": name, "total_mib": total_n, "used_mib": used_n})
         gpus.append(f"GPU{index} {name} ({bus_id}, {total} MiB)")
         if name not in names:
             names.append(name)
@@ -103,6 +106,7 @@ def nvidia_smi_gpus(out: Output) -> Facts:
         "memory_used_mib": max(used) if used else None,
         "busiest_gpu": busiest,
         "compute_caps": caps,
+        "per_gpu": per_gpu,
         "error": None,
     }
 

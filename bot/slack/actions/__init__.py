@@ -1,7 +1,7 @@
 """Buttons on every answer (block_actions). Each one answers when pressed; none is silently dead.
 
 "Fixed it", "Didn't help" and "Add as a KB case" belong to the KB-growth feature and are registered by
-bot/slack/listeners/kb_growth.py; "Run diagnostics on a host" lives here.
+bot/slack/listeners/kb_growth.py; "Run diagnostics on a host" and "Draft a vLLM issue" live here.
 """
 
 from __future__ import annotations
@@ -9,9 +9,11 @@ from __future__ import annotations
 from typing import Any
 
 from bot.slack import blocks
+from bot.slack.actions.draft_issue import draft_issue
 from bot.slack.actions.run_diagnostics import run_diagnostics
 from bot.slack.deps import SlackDeps
 
 
 def register(app: Any, deps: SlackDeps) -> None:
     app.action(blocks.ACTION_RUN_DIAGNOSTICS)(run_diagnostics(deps))
+    app.action(blocks.ACTION_DRAFT_ISSUE)(draft_issue(deps))
