@@ -241,6 +241,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--floor-abstain", type=float, default=None, help="exit 1 if abstain on uncovered is below")
     p.add_argument("--errors", action="store_true", help="list every miss")
     p.add_argument("--sweep", action="store_true", help="print a threshold sweep (calibration)")
+    p.add_argument("--folds", type=int, default=5, help="k of the grouped k-fold over source repositories")
+    p.add_argument("--variants", help="comma list of clean,noisy,truncated,two-failures (default: all)")
+    p.add_argument("--warnings", help="start-up warning lines mixed into the noisy variant "
+                   "(default: startup_warnings.txt next to the labelled file)")
     p.set_defaults(func=cmd_eval)
 
     p = sub.add_parser("diagnose", help="run the host check catalogue (SSH or --local)")

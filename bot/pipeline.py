@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from bot.distill import decode_input, distill, extra_keywords
 from bot.errors import IndexUnavailable
 from bot.match import Matcher, Mode, Thresholds, signature_literals
-from bot.models import Diagnosis
+from bot.models import Diagnosis, Distilled
 from bot.settings import Settings, get_settings
 from kb.loader import DEFAULT_CASES_DIR, KnowledgeBase, case_files, load_kb
 from kb.schema import Case
@@ -140,12 +140,16 @@ class Doctor:
             self._matcher = None
 
     # -- flow 1: paste → diagnosis -----------------------------------------------------------------
+    def distil(self, data: str | bytes) -> Distilled:
+        """decode + distill: what `diagnose` matches on (the eval caches it per paste)."""
+        self.reload_if_changed()
+        text, notes = decode_input(data, self.settings.max_input_bytes)
+        return distill(text, notes, self._keywords)
+
     def diagnose(self, data: str | bytes, mode: Mode = "hybrid") -> Diagnosis:
         """Raises bot.errors.UserInputError (EmptyInput, BinaryInput, InputTooLarge) for bad input."""
         started = time.perf_counter()
-        self.reload_if_changed()
-        text, notes = decode_input(data, self.settings.max_input_bytes)
-        distilled = distill(text, notes, self._keywords)
+        distilled = self.distil(data)
         verdict, matches = self.matcher.match(distilled, mode=mode)
         return Diagnosis(verdict, matches, distilled, elapsed_ms=(time.perf_counter() - started) * 1000)
 
