@@ -18,7 +18,7 @@ from pathlib import Path
 
 NOISE_MIN_LINES, NOISE_MAX_LINES = 300, 1200
 NOISE_TAIL_LINES = 20
-WARNINGS_PER_PASTE = (4, 10)
+WARNINGS_PER_PASTE = (6, 12)
 
 # The last line that states an exception: "ValueError: …", "torch.OutOfMemoryError: …", "RuntimeError …",
 # "ERROR … Exception …". A traceback header or frame is not one.
@@ -33,13 +33,22 @@ class StartupNoise:
     """Ordinary start-up output to bury logs in: verbatim healthy start-ups and real warning lines."""
 
     healthy: tuple[tuple[str, ...], ...]
-    warnings: tuple[str, ...]
+    warnings: tuple[tuple[str, ...], ...]  # groups (enforce-eager, FP8, deprecation, ...): each paste gets one of each
 
 
-def load_warnings(path: Path) -> tuple[str, ...]:
-    """One warning line per line; '#' lines are comments (their sources)."""
-    lines = path.read_text(encoding="utf-8").splitlines()
-    return tuple(line for line in lines if line.strip() and not line.startswith("#"))
+def load_warnings(path: Path) -> tuple[tuple[str, ...], ...]:
+    """Warning lines grouped by the comment block above them; '#' lines name the group and its sources."""
+    groups: list[list[str]] = []
+    starts_group = True
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.startswith("#"):
+            starts_group = True
+        elif line.strip():
+            if starts_group:
+                groups.append([])
+                starts_group = False
+            groups[-1].append(line)
+    return tuple(tuple(g) for g in groups)
 
 
 def _rng(key: str) -> random.Random:
@@ -56,10 +65,13 @@ def bury(log: str, noise: StartupNoise, key: str) -> str:
     while len(lines) < total:
         lines.extend(source)
     before = lines[: total - NOISE_TAIL_LINES]
-    if noise.warnings:
-        count = rng.randint(*WARNINGS_PER_PASTE)
-        for warning in rng.sample(noise.warnings, min(count, len(noise.warnings))):
-            before.insert(rng.randrange(len(before) + 1), warning)
+    # One line of every warning group (so the enforce-eager hint is in every noisy paste), plus a few more.
+    chosen = [rng.choice(group) for group in noise.warnings if group]
+    pool = [w for group in noise.warnings for w in group if w not in chosen]
+    extra = rng.randint(*WARNINGS_PER_PASTE) - len(chosen)
+    chosen += rng.sample(pool, max(0, min(extra, len(pool))))
+    for warning in chosen:
+        before.insert(rng.randrange(len(before) + 1), warning)
     after = list(source[-NOISE_TAIL_LINES:])
     return "\n".join([*before, log, *after])
 
