@@ -99,6 +99,7 @@ class EvalReport:
     variants: dict[str, VariantResult] = field(default_factory=dict)
     retrievers: list[tuple[str, Metrics]] = field(default_factory=list)  # clean, untuned defaults
     sweep_outcomes: list[Outcome] = field(default_factory=list)  # clean held-back, for the threshold sweep
+    matching: CachedMatching | None = None  # the caches, so a caller can re-score without re-encoding
 
     def gap(self) -> dict[str, tuple[float, float, float]]:
         """metric → (mean over folds on the tuning part, mean on the held-back part, tuning - held-back)."""
@@ -147,7 +148,7 @@ def evaluate(
         raise UserInputError("no labelled logs")
     matching = CachedMatching(doctor.kb, doctor.index, doctor.distil)
     folds, fold_of, params_of = cross_validate(matching, items, k)
-    report = EvalReport(k=len(folds), n_repos=len({it.repo for it in items}), folds=folds)
+    report = EvalReport(k=len(folds), n_repos=len({it.repo for it in items}), folds=folds, matching=matching)
     for variant in variants:
         logs = _variant_logs(items, variant, noise)
         by_fold: dict[int, list[Outcome]] = {}
