@@ -373,6 +373,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--questions", help="question set scored beside the logs (default: questions.jsonl next to "
                    "LABELLED when it exists)")
     p.add_argument("--no-questions", action="store_true", help="score the logs only")
+    p.add_argument("--folds", type=int, default=5, help="k of the grouped k-fold over source repositories")
+    p.add_argument("--variants", help="comma list of clean,noisy,truncated,two-failures (default: all)")
+    p.add_argument("--warnings", help="start-up warning lines mixed into the noisy variant "
+                   "(default: startup_warnings.txt next to the labelled file)")
     p.set_defaults(func=cmd_eval)
 
     p = sub.add_parser("diagnose", help="run the host check catalogue (SSH or --local)")

@@ -1,10 +1,10 @@
-"""`vllm-doctor eval`: retrieval quality on a labelled set, hybrid vs BM25-only vs dense-only, clean and noisy.
+"""`vllm-doctor eval`: how well diagnosis generalises to logs it was not tuned on (docs/matching.md).
 
-Metrics (covered = logs whose expected case is in the KB; uncovered = expected null):
-  top1 / top3        expected case ranked first / in the first three (covered logs)
-  confident_wrong    verdict "match" but the best case is not the expected one (all logs)
-  abstain_uncovered  verdict is not "match" on uncovered logs (the bot did not claim a cause)
-The noisy variant buries every log in hundreds of lines of healthy vLLM start-up output.
+The labelled logs are split by source repository (grouped k-fold, bot/eval_tuning.py): MatchParams are
+tuned on the training folds only and each log is scored with the params tuned without its repository.
+Reported per variant (bot/eval_variants.py: clean, noisy, truncated, two-failures): the pooled held-back
+metrics and their spread over the folds, then the gap between tuning and held-back numbers, then the
+single retrievers (hybrid / rrf / bm25 / dense) with the untuned default params for comparison.
 """
 
 from __future__ import annotations
@@ -12,43 +12,39 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bot.errors import UserInputError
+from bot.eval_tuning import (
+    METRIC_NAMES,
+    CachedMatching,
+    FoldResult,
+    LabelledLog,
+    Metrics,
+    Outcome,
+    Spread,
+    cross_validate,
+    repository,
+    spread,
+)
+from bot.eval_variants import StartupNoise, bury, load_warnings, partner_index, truncate, two_failures
+from bot.match import Fusion, MatchParams, Mode
 
-MODES = ("hybrid", "hybrid-rrf", "bm25", "dense")  # hybrid = weighted fusion (the default)
-NOISE_LINES_BEFORE = 300
-NOISE_LINES_AFTER = 40
+if TYPE_CHECKING:
+    from bot.pipeline import Doctor
 
-
-@dataclass
-class Result:
-    mode: str
-    variant: str
-    n_covered: int = 0
-    n_uncovered: int = 0
-    top1: int = 0
-    top3: int = 0
-    confident_wrong: int = 0
-    abstained_uncovered: int = 0
-    misses: list[str] = field(default_factory=list)
-    # (best score, best is expected, log is covered) per log: for the threshold sweep
-    outcomes: list[tuple[float, bool, bool]] = field(default_factory=list)
-
-    def metrics(self) -> dict[str, float | int | str]:
-        total = self.n_covered + self.n_uncovered
-        return {
-            "mode": self.mode,
-            "variant": self.variant,
-            "covered": self.n_covered,
-            "uncovered": self.n_uncovered,
-            "top1": round(self.top1 / self.n_covered, 4) if self.n_covered else 0.0,
-            "top3": round(self.top3 / self.n_covered, 4) if self.n_covered else 0.0,
-            "confident_wrong": round(self.confident_wrong / total, 4) if total else 0.0,
-            "abstain_uncovered": round(self.abstained_uncovered / self.n_uncovered, 4) if self.n_uncovered else 0.0,
-        }
+VARIANTS = ("clean", "noisy", "truncated", "two-failures")
+RETRIEVERS: tuple[tuple[str, Mode, Fusion], ...] = (
+    ("hybrid", "hybrid", "weighted"),
+    ("hybrid-rrf", "hybrid", "rrf"),
+    ("bm25", "bm25", "weighted"),
+    ("dense", "dense", "weighted"),
+)
+DEFAULT_FOLDS = 5
+WARNINGS_FILE = "startup_warnings.txt"
 
 
 def load_labelled(path: Path) -> list[dict[str, Any]]:
@@ -66,117 +62,234 @@ def load_labelled(path: Path) -> list[dict[str, Any]]:
     return items
 
 
+def labelled_logs(items: Sequence[dict[str, Any]]) -> list[LabelledLog]:
+    out = []
+    for n, it in enumerate(items, 1):
+        source = str(it.get("source") or "")
+        out.append(
+            LabelledLog(
+                id=str(it.get("id") or f"line-{n}"),
+                log=it["log"],
+                expected=it["expected"] or None,
+                source=source,
+                repo=str(it.get("repo") or repository(source)) if source or it.get("repo") else f"unknown-{n}",
+            )
+        )
+    return out
+
+
 def load_healthy(directory: Path) -> list[list[str]]:
     logs = [p.read_text(encoding="utf-8", errors="replace").splitlines() for p in sorted(directory.glob("*.log"))]
     return [lines for lines in logs if lines]
 
 
-def bury(log: str, healthy: list[list[str]], i: int) -> str:
-    """The log placed after ~300 lines of real healthy start-up output (repeated if short), with a
-    tail of start-up lines after it, the way a real 100 KB paste looks."""
-    source = healthy[i % len(healthy)]
-    before = (source * (NOISE_LINES_BEFORE // max(len(source), 1) + 1))[:NOISE_LINES_BEFORE]
-    after = source[-NOISE_LINES_AFTER:]
-    return "\n".join([*before, log, *after])
+@dataclass(frozen=True)
+class VariantResult:
+    variant: str
+    pooled: Metrics  # every held-back log of this variant together
+    per_fold: dict[str, Spread]  # metric → mean / stdev / range over the folds
+    misses: tuple[str, ...]
 
 
-def evaluate(doctor: Any, items: list[dict[str, Any]], healthy: list[list[str]] | None) -> list[Result]:
+@dataclass
+class EvalReport:
+    k: int
+    n_repos: int
+    folds: list[FoldResult]
+    variants: dict[str, VariantResult] = field(default_factory=dict)
+    retrievers: list[tuple[str, Metrics]] = field(default_factory=list)  # clean, untuned defaults
+    sweep_outcomes: list[Outcome] = field(default_factory=list)  # clean held-back, for the threshold sweep
+    matching: CachedMatching | None = None  # the caches, so a caller can re-score without re-encoding
+
+    def gap(self) -> dict[str, tuple[float, float, float]]:
+        """metric → (mean over folds on the tuning part, mean on the held-back part, tuning - held-back)."""
+        out = {}
+        for name in METRIC_NAMES:
+            tuned = spread([f.tuning.value(name) for f in self.folds]).mean
+            held = spread([f.heldback.value(name) for f in self.folds]).mean
+            out[name] = (tuned, held, round(tuned - held, 4))
+        return out
+
+
+def _variant_logs(items: Sequence[LabelledLog], variant: str, noise: StartupNoise | None) -> list[str | None]:
+    """The paste per item for a variant (None: the variant does not apply to that log)."""
+    if variant == "clean":
+        return [it.log for it in items]
+    if variant == "noisy":
+        if noise is None:
+            raise UserInputError("the noisy variant needs healthy start-up logs")
+        return [bury(it.log, noise, it.id) for it in items]
+    if variant == "truncated":
+        return [truncate(it.log) for it in items]
+    if variant == "two-failures":
+        labels = [it.expected for it in items]
+        groups = [it.repo for it in items]
+        out: list[str | None] = []
+        for i, it in enumerate(items):
+            j = partner_index(i, labels, groups) if it.expected else None  # an uncovered first failure: skip
+            out.append(two_failures(it.log, items[j].log) if j is not None else None)
+        return out
+    raise UserInputError(f"unknown variant {variant!r}; choose from {', '.join(VARIANTS)}")
+
+
+def evaluate(
+    doctor: Doctor,
+    items: Sequence[LabelledLog],
+    noise: StartupNoise | None,
+    k: int = DEFAULT_FOLDS,
+    variants: Sequence[str] = VARIANTS,
+    retrievers: bool = True,
+) -> EvalReport:
     known = set(doctor.kb.by_id())
-    unknown_labels = sorted({it["expected"] for it in items if it["expected"] and it["expected"] not in known})
+    unknown_labels = sorted({it.expected for it in items if it.expected and it.expected not in known})
     if unknown_labels:
         raise UserInputError(f"labels not in the KB: {', '.join(unknown_labels)}")
-    variants = [("clean", None)] + ([("noisy", healthy)] if healthy else [])
-    results = []
-    for variant, noise in variants:
-        for mode in MODES:
-            r = Result(mode, variant)
-            matcher = doctor.matcher
-            saved_fusion = matcher.fusion
-            matcher.fusion = "rrf" if mode == "hybrid-rrf" else saved_fusion
-            search_mode = "hybrid" if mode.startswith("hybrid") else mode
-            for i, it in enumerate(items):
-                log = bury(it["log"], noise, i) if noise else it["log"]
-                expected = it["expected"]
-                try:
-                    d = doctor.diagnose(log, mode=search_mode)
-                    ids = [m.case_id for m in d.matches]
-                    verdict = d.verdict
-                except UserInputError:
-                    ids, verdict = [], "unknown"
-                best = ids[0] if ids else None
-                r.outcomes.append((d.matches[0].score if ids else 0.0, best == expected, bool(expected)))
-                if expected:
-                    r.n_covered += 1
-                    r.top1 += best == expected
-                    r.top3 += expected in ids[:3]
-                    if best != expected:
-                        r.misses.append(f"{it.get('id')}: expected {expected}, got {best} ({verdict})")
-                else:
-                    r.n_uncovered += 1
-                    r.abstained_uncovered += verdict != "match"
-                    if verdict == "match":
-                        r.misses.append(f"{it.get('id')}: uncovered but matched {best}")
-                if verdict == "match" and best != expected:
-                    r.confident_wrong += 1
-            matcher.fusion = saved_fusion
-            results.append(r)
-    return results
+    if not items:
+        raise UserInputError("no labelled logs")
+    matching = CachedMatching(doctor.kb, doctor.index, doctor.distil)
+    folds, fold_of, params_of = cross_validate(matching, items, k)
+    report = EvalReport(k=len(folds), n_repos=len({it.repo for it in items}), folds=folds, matching=matching)
+    for variant in variants:
+        logs = _variant_logs(items, variant, noise)
+        by_fold: dict[int, list[Outcome]] = {}
+        pooled: list[Outcome] = []
+        misses = []
+        for it, log, f, params in zip(items, logs, fold_of, params_of, strict=True):
+            if log is None:
+                continue
+            o = matching.outcome(log, it.expected, params)
+            pooled.append(o)
+            by_fold.setdefault(f, []).append(o)
+            best = o.ranked[0] if o.ranked else None
+            if it.expected and best != it.expected:
+                misses.append(f"{it.id}: expected {it.expected}, got {best} ({o.verdict})")
+            elif not it.expected and o.verdict == "match":
+                misses.append(f"{it.id}: uncovered but matched {best}")
+        fold_metrics = [Metrics.of(os_) for _, os_ in sorted(by_fold.items())]
+        report.variants[variant] = VariantResult(
+            variant,
+            Metrics.of(pooled),
+            {name: spread([m.value(name) for m in fold_metrics]) for name in METRIC_NAMES},
+            tuple(misses),
+        )
+        if variant == "clean":
+            report.sweep_outcomes = pooled
+    if retrievers:
+        defaults = MatchParams()
+        for name, mode, fusion in RETRIEVERS:
+            outcomes = [matching.outcome(it.log, it.expected, defaults, mode, fusion) for it in items]
+            report.retrievers.append((name, Metrics.of(outcomes)))
+    return report
 
 
-def sweep(result: Result, thresholds: tuple[float, ...] = (0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85)) -> str:
-    """How the 'match' threshold trades answered-and-right against confident-wrong (calibration)."""
-    total = len(result.outcomes) or 1
-    covered = sum(1 for _, _, cov in result.outcomes if cov) or 1
-    rows = [f"\nthreshold sweep ({result.variant} {result.mode}): a 'match' at score >= t",
+# -- output -------------------------------------------------------------------------------------------
+_LABELS = {
+    "top1": "top-1",
+    "top3": "top-3",
+    "confident_wrong": "confident-wrong",
+    "abstain_uncovered": "abstain (uncovered)",
+    "match_covered": "match (covered)",
+}
+
+
+def format_report(report: EvalReport) -> str:
+    rows = [
+        f"held-back: grouped {report.k}-fold over {report.n_repos} source repositories "
+        "(MatchParams tuned on the other folds); pooled value (fold mean ± stdev)",
+        "| variant | covered | uncovered | " + " | ".join(_LABELS[m] for m in METRIC_NAMES) + " |",
+        "|---|---|---|" + "---|" * len(METRIC_NAMES),
+    ]
+    for v in report.variants.values():
+        cells = [f"{v.pooled.value(m):.3f} ({v.per_fold[m].mean:.2f}±{v.per_fold[m].stdev:.2f})" for m in METRIC_NAMES]
+        rows.append(f"| {v.variant} | {v.pooled.n_covered} | {v.pooled.n_uncovered} | " + " | ".join(cells) + " |")
+    rows += ["", "tuning vs held-back (clean, mean over folds)", "| metric | tuning | held-back | gap |", "|---|---|---|---|"]
+    for name, (tuned, held, gap) in report.gap().items():
+        rows.append(f"| {_LABELS[name]} | {tuned:.3f} | {held:.3f} | {gap:+.3f} |")
+    if report.retrievers:
+        rows += [
+            "",
+            "single retrievers (clean, all logs, untuned default MatchParams: not held-back numbers)",
+            "| mode | " + " | ".join(_LABELS[m] for m in METRIC_NAMES) + " |",
+            "|---|" + "---|" * len(METRIC_NAMES),
+        ]
+        for name, m in report.retrievers:
+            rows.append(f"| {name} | " + " | ".join(f"{m.value(x):.3f}" for x in METRIC_NAMES) + " |")
+    rows.append("\nparams tuned per fold (held-back repositories):")
+    defaults = asdict(MatchParams())
+    for f in report.folds:
+        changed = {k: v for k, v in asdict(f.params).items() if defaults.get(k) != v}
+        rows.append(f"  fold {f.fold} ({len(f.repos)} repos, {f.heldback.n_covered + f.heldback.n_uncovered} logs): "
+                    + (", ".join(f"{k}={v}" for k, v in changed.items()) or "defaults"))
+    return "\n".join(rows)
+
+
+def report_json(report: EvalReport) -> dict[str, Any]:
+    return {
+        "k": report.k,
+        "repositories": report.n_repos,
+        "heldback": {
+            name: {"pooled": v.pooled.as_dict(), "folds": {m: asdict(s) for m, s in v.per_fold.items()}}
+            for name, v in report.variants.items()
+        },
+        "gap": {m: {"tuning": t, "heldback": h, "gap": g} for m, (t, h, g) in report.gap().items()},
+        "folds": [
+            {"fold": f.fold, "repos": list(f.repos), "params": asdict(f.params),
+             "tuning": f.tuning.as_dict(), "heldback": f.heldback.as_dict()}
+            for f in report.folds
+        ],
+        "retrievers": [{"mode": name, **m.as_dict()} for name, m in report.retrievers],
+    }
+
+
+def sweep(outcomes: Sequence[Outcome], thresholds: tuple[float, ...] = (0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85)) -> str:
+    """How the 'match' threshold trades answered-and-right against confident-wrong (held-back scores)."""
+    total = len(outcomes) or 1
+    covered = sum(1 for o in outcomes if o.expected) or 1
+    rows = ["\nthreshold sweep (clean, held-back scores): a 'match' at score >= t",
             "| t | correct matches (of covered) | confident-wrong (of all) |", "|---|---|---|"]
     for t in thresholds:
-        right = sum(1 for s, ok, cov in result.outcomes if s >= t and ok and cov)
-        wrong = sum(1 for s, ok, _ in result.outcomes if s >= t and not ok)
+        right = sum(1 for o in outcomes if o.score >= t and o.expected and o.ranked[:1] == (o.expected,))
+        wrong = sum(1 for o in outcomes if o.score >= t and o.ranked[:1] != (o.expected,))
         rows.append(f"| {t:.2f} | {right / covered:.3f} | {wrong / total:.3f} |")
     return "\n".join(rows)
 
 
-def format_table(results: list[Result]) -> str:
-    rows = ["| variant | mode | top-1 | top-3 | confident-wrong | abstain (uncovered) |", "|---|---|---|---|---|---|"]
-    for r in results:
-        m = r.metrics()
-        rows.append(
-            f"| {m['variant']} | {m['mode']} | {m['top1']:.3f} | {m['top3']:.3f} | "
-            f"{m['confident_wrong']:.3f} | {m['abstain_uncovered']:.3f} |"
-        )
-    first = results[0].metrics()
-    rows.append(f"\n{first['covered']} covered logs, {first['uncovered']} uncovered logs")
-    return "\n".join(rows)
-
-
-def run_eval(args: argparse.Namespace, doctor: Any) -> int:
+def run_eval(args: argparse.Namespace, doctor: Doctor) -> int:
     path = Path(args.labelled)
     if not path.is_file():
         raise UserInputError(f"no such file: {path}")
-    items = load_labelled(path)
-    healthy = None
-    if not args.no_noisy:
+    items = labelled_logs(load_labelled(path))
+    variants = [v.strip() for v in (args.variants or ",".join(VARIANTS)).split(",") if v.strip()]
+    if args.no_noisy:
+        variants = [v for v in variants if v != "noisy"]
+    if "clean" not in variants:
+        variants.insert(0, "clean")
+    noise = None
+    if "noisy" in variants:
         healthy_dir = Path(args.healthy_dir) if args.healthy_dir else path.parent / "healthy"
-        healthy = load_healthy(healthy_dir) if healthy_dir.is_dir() else None
+        healthy = load_healthy(healthy_dir) if healthy_dir.is_dir() else []
         if not healthy:
             raise UserInputError(f"no healthy start-up logs (*.log) in {healthy_dir}; pass --no-noisy to skip")
-    results = evaluate(doctor, items, healthy)
+        warnings_file = Path(args.warnings) if args.warnings else path.parent / WARNINGS_FILE
+        warnings = load_warnings(warnings_file) if warnings_file.is_file() else ()
+        noise = StartupNoise(tuple(tuple(h) for h in healthy), warnings)
+    if args.folds < 2:
+        raise UserInputError("--folds must be at least 2")
+    report = evaluate(doctor, items, noise, k=args.folds, variants=variants)
     if args.json:
-        print(json.dumps([r.metrics() for r in results], indent=2))
+        print(json.dumps(report_json(report), indent=2))
     else:
-        print(format_table(results))
+        print(format_report(report))
     if getattr(args, "sweep", False):
-        for r in results:
-            if r.mode == "hybrid":
-                print(sweep(r))
+        print(sweep(report.sweep_outcomes))
     if args.errors:
-        for r in results:
-            if r.mode == "hybrid" and r.misses:
-                print(f"\n{r.variant} hybrid misses:", file=sys.stderr)
-                for miss in r.misses:
+        for v in report.variants.values():
+            if v.misses:
+                print(f"\n{v.variant} held-back misses:", file=sys.stderr)
+                for miss in v.misses:
                     print("  " + miss, file=sys.stderr)
     _score_question_set(args, path, doctor)
-    return _check_floors(args, results)
+    return _check_floors(args, report)
 
 
 def _score_question_set(args: argparse.Namespace, labelled: Path, doctor: Any) -> None:
@@ -205,18 +318,20 @@ def _score_question_set(args: argparse.Namespace, labelled: Path, doctor: Any) -
                     print("  " + miss, file=sys.stderr)
 
 
-def _check_floors(args: argparse.Namespace, results: list[Result]) -> int:
+def _check_floors(args: argparse.Namespace, report: EvalReport) -> int:
+    """Floors apply to the held-back clean and noisy numbers."""
     failures = []
-    for r in results:
-        if r.mode != "hybrid":
+    for name in ("clean", "noisy"):
+        v = report.variants.get(name)
+        if v is None:
             continue
-        m = r.metrics()
-        if args.floor_top1 is not None and m["top1"] < args.floor_top1:
-            failures.append(f"{r.variant} top-1 {m['top1']:.3f} < floor {args.floor_top1}")
-        if args.max_confident_wrong is not None and m["confident_wrong"] > args.max_confident_wrong:
-            failures.append(f"{r.variant} confident-wrong {m['confident_wrong']:.3f} > {args.max_confident_wrong}")
-        if args.floor_abstain is not None and m["abstain_uncovered"] < args.floor_abstain:
-            failures.append(f"{r.variant} abstain {m['abstain_uncovered']:.3f} < floor {args.floor_abstain}")
+        m = v.pooled
+        if args.floor_top1 is not None and m.top1 < args.floor_top1:
+            failures.append(f"{name} top-1 {m.top1:.3f} < floor {args.floor_top1}")
+        if args.max_confident_wrong is not None and m.confident_wrong > args.max_confident_wrong:
+            failures.append(f"{name} confident-wrong {m.confident_wrong:.3f} > {args.max_confident_wrong}")
+        if args.floor_abstain is not None and m.abstain_uncovered < args.floor_abstain:
+            failures.append(f"{name} abstain {m.abstain_uncovered:.3f} < floor {args.floor_abstain}")
     for f in failures:
         print(f"eval below floor: {f}", file=sys.stderr)
     return 1 if failures else 0

@@ -20,7 +20,7 @@ from bot.distill import distill, extra_keywords
 from bot.errors import IndexUnavailable
 from bot.facts import read_facts
 from bot.match import Matcher, Mode, Thresholds, signature_literals
-from bot.models import Diagnosis
+from bot.models import Diagnosis, Distilled, LogFacts
 from bot.ops import metrics
 from bot.paste import Paste, decode_input
 from bot.question import QuestionMatcher, looks_like_question
@@ -176,6 +176,12 @@ class Doctor:
             self._matcher = None
 
     # -- flow 1: paste → diagnosis -----------------------------------------------------------------
+    def distil(self, data: str | bytes | Paste) -> tuple[Distilled, LogFacts]:
+        """decode (and redact) + distill + facts: what `diagnose` ranks a log on (the eval caches it per paste)."""
+        self.reload_if_changed()
+        paste = decode_input(data, self.settings.max_input_bytes)
+        return distill(paste, keywords=self._keywords), read_facts(paste.text)
+
     def diagnose(self, data: str | bytes | Paste, mode: Mode = "hybrid") -> Diagnosis:
         """Raises bot.errors.UserInputError (EmptyInput, BinaryInput, InputTooLarge) for bad input.
         Raw input is decoded and redacted here (bot.paste) before anything else looks at it."""
