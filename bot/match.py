@@ -365,9 +365,9 @@ class Matcher:
             if matches[0].score - matches[1].score < p.retrieval_margin:
                 capped = min(matches[0].score, round(self.thresholds.match - 0.01, 3))
                 matches[0] = replace(matches[0], score=capped)
-        notes: list[str] = []
+        ranking_notes: list[str] = []
         if distilled.truncated and matches:
-            notes.append(TRUNCATED_NOTE)
+            ranking_notes.append(TRUNCATED_NOTE)
             top = matches[0]
             # A fingerprint on a message line (not a frame of the cut traceback) still stands on its own.
             complete = "fact_rule" in top.scores or any(
@@ -380,7 +380,7 @@ class Matcher:
             self._to_match(e, sig_hits, distilled, facts, proven)
             for e in sorted(noticed, key=lambda e: -e.score)[:3]
         )
-        return Ranking(verdict, tuple(matches), also, tuple(notes))
+        return Ranking(verdict, tuple(matches), also, tuple(ranking_notes))
 
     def _demote_secondary(self, entries: list[_Entry]) -> None:
         """A symptom never outranks a cause with evidence; an advisory never tops a paste that crashed."""

@@ -340,8 +340,8 @@ def _truth(node: Node, facts: Mapping[str, FactValue | None]) -> bool | None:
             return True if True in values else (None if None in values else False)
         return False if False in values else (None if None in values else True)
     if isinstance(node, Fact):
-        v = _value(node, facts)
-        return None if v is None else bool(v)
+        value = _value(node, facts)
+        return None if value is None else bool(value)
     return None
 
 
