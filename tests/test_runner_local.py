@@ -90,7 +90,7 @@ def test_cli_local_json(tmp_path):
 
 
 def test_the_doctors_own_env_defaults_do_not_leak_into_local_probes(tmp_path):
-    """bot/cli.py sets HF_HUB_OFFLINE=1 for itself; `diagnose --local` must report the user's environment."""
+    """bot/cli/main.py sets HF_HUB_OFFLINE=1 for itself; `diagnose --local` must report the user's environment."""
     env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(tmp_path), "VLLM_DOCTOR_AUDIT_DB": str(tmp_path / "a.db")}
     out = subprocess.run([sys.executable, "-m", "bot.cli", "diagnose", "--local", "--json", "--check", "env.hf_access"],
                          cwd=REPO, env=env, capture_output=True, text=True, timeout=120)

@@ -11,8 +11,8 @@ from typing import Any, Protocol
 
 from bot.models import Diagnosis
 from bot.settings import Settings
-from bot.slack.dedup import SeenEvents
 from bot.slack.recent import RecentAnswers
+from bot.slack.seen_events import SeenEvents
 from bot.slack.thread_facts import ThreadFacts
 from bot.slack.work import Workers
 
@@ -41,7 +41,7 @@ class SlackDeps:
     recent: RecentAnswers = field(default_factory=RecentAnswers)  # SlackBot backs both with bot/slack/store.py
     thread_facts: ThreadFacts = field(default_factory=ThreadFacts)  # last host diagnosis per thread
     hosts: Any | None = None  # bot.slack.hosts.HostDiagnostics when bot.runner is installed and configured
-    kb_growth: Any | None = None  # bot.kbstore.KBGrowth: feedback votes, candidates for new cases
+    kb_growth: Any | None = None  # bot.kb_growth.KBGrowth: feedback votes, candidates for new cases
     bot_user_id: str | None = None  # filled from auth.test when the App starts
 
     @property

@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from bot.slack import blocks, kb_growth_blocks
 from bot.slack.deps import SlackDeps
+from bot.slack.reply import answer as blocks
+from bot.slack.reply import kb_growth as kb_growth_blocks
 
 
 def app_home_opened(deps: SlackDeps) -> Callable[..., None]:

@@ -26,7 +26,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, settings: Any) -> int:
     from bot.pipeline import Doctor
-    from bot.slack.service import SlackBot
+    from bot.slack.server import SlackBot
 
     logging.getLogger("bot").setLevel(logging.INFO)
     print("loading the knowledge base and the embedding model…", file=sys.stderr)

@@ -14,7 +14,7 @@
     submissions.py    draft → pending → approved/rejected, one decision per submission
 """
 
-from bot.kbstore.form import CaseForm
-from bot.kbstore.service import KBGrowth, ReviewerPolicy
+from bot.kb_growth.form import CaseForm
+from bot.kb_growth.growth import KBGrowth, ReviewerPolicy
 
 __all__ = ["CaseForm", "KBGrowth", "ReviewerPolicy"]
