@@ -18,13 +18,13 @@ from typing import TYPE_CHECKING, Any
 from bot.distill import decode_input, distill, extra_keywords
 from bot.errors import IndexUnavailable
 from bot.match import Matcher, Mode, Thresholds, signature_literals
-from bot.models import Diagnosis
+from bot.models import Diagnosis, Explanation
 from bot.settings import Settings, get_settings
 from kb.loader import DEFAULT_CASES_DIR, KnowledgeBase, case_files, load_kb
 from kb.schema import Case
 
 if TYPE_CHECKING:
-    from bot.explain.explainer import Explainer, Explanation
+    from bot.explain.explainer import Explainer
 
 log = logging.getLogger(__name__)
 

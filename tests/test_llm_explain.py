@@ -22,9 +22,9 @@ from llm_support import (
 from vllm_server import free_port
 
 from bot.errors import ConfigError
-from bot.explain.explainer import AnswerCache, CircuitBreaker, Explainer, Explanation, kb_only_explanation
+from bot.explain.explainer import AnswerCache, CircuitBreaker, Explainer, kb_only_explanation
 from bot.explain.llm import LLMClient
-from bot.models import LogLine
+from bot.models import Explanation, LogLine
 from bot.settings import Settings
 
 CASES = ("kv-cache-no-memory", "max-model-len-exceeds-kv-cache")

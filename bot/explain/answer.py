@@ -13,9 +13,8 @@ import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
-Confidence = Literal["low", "medium", "high"]
 CONFIDENCES: tuple[str, ...] = ("low", "medium", "high")
 
 # Limits on what comes back.

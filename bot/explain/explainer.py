@@ -25,8 +25,7 @@ import logging
 import re
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from bot.errors import ConfigError, LLMUnavailable
 from bot.explain.answer import (
@@ -34,7 +33,6 @@ from bot.explain.answer import (
     DEFAULT_LIMITS,
     AnswerLimits,
     AnswerRejected,
-    Confidence,
     PreviewScanner,
     answer_schema,
     parse_answer,
@@ -43,14 +41,13 @@ from bot.explain.llm import ChatResult, LLMClient, ServerInfo
 from bot.explain.prompt import (
     LANGUAGE_NAMES,
     Draft,
-    Language,
     Prompt,
     build_draft,
     estimate_tokens,
     fit_prompt,
 )
 from bot.explain.resilience import AnswerCache, CircuitBreaker
-from bot.models import Diagnosis
+from bot.models import Confidence, Diagnosis, Explanation, Language
 
 if TYPE_CHECKING:
     from bot.settings import Settings
@@ -92,35 +89,6 @@ _BREAKER_KINDS = {
 }
 
 log = logging.getLogger(__name__)
-
-
-# --- the value -------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Explanation:
-    case_id: str  # one of the retrieved case ids, or "none"
-    summary: str
-    why: str
-    fix_steps: list[str]
-    confidence: Confidence
-    language: Language
-    source: Literal["llm", "kb"]
-    note: str | None = None  # one line: why this is a KB-only answer, or anything the reader should know
-    model: str | None = None
-    cached: bool = False
-    timings: dict[str, float] = field(
-        default_factory=dict, compare=False
-    )  # ms: prepare, llm, validate, total
-
-    def text(self) -> str:
-        """Plain text: summary, why, numbered steps (what the stream previews while it is written)."""
-        parts = [p for p in (self.summary, self.why) if p]
-        steps = "\n".join(f"{i}. {s}" for i, s in enumerate(self.fix_steps, 1))
-        return "\n\n".join([*parts, steps] if steps else parts)
-
-    def to_json(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["timings"] = {k: round(v, 1) for k, v in self.timings.items()}
-        return out
 
 
 # --- KB-only answer ---------------------------------------------------------------------------------

@@ -15,10 +15,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from bot.errors import RunnerError
+from bot.models import CheckResult, HostReport
 from bot.redact import redact
 from bot.runner.inventory import Host
 from bot.runner.parsers import REGISTRY, Output, ParseError
-from bot.runner.report import CheckResult, HostReport
 from bot.runner.rules import FactView, evaluate
 from bot.runner.transport import CommandResult, Connector, Session
 from kb.checks_schema import PLACEHOLDER_RE, Check, CheckCatalogue

@@ -14,8 +14,7 @@ import pytest
 from fake_slack import SPECIAL_MENTION_RE, block_errors
 from slack_sdk.models.blocks import Block
 
-from bot.explain.explainer import Explanation
-from bot.models import Diagnosis, Distilled, Evidence, LogLine, Match
+from bot.models import Diagnosis, Distilled, Evidence, Explanation, LogLine, Match
 from bot.slack.recent import AnswerRecord
 from bot.slack.reply import answer as blocks
 from kb.schema import Case, Example, FixStep
