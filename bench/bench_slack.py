@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/bench_slack.py [--commands 50] [--pastes 20] [--json]
 
-Real bot (HTTP mode, waitress, real engine with the bundled KB and all-MiniLM-L6-v2, KB-only answers),
+Real bot (HTTP mode, waitress, real pipeline with the bundled KB and all-MiniLM-L6-v2, KB-only answers),
 real HTTP both ways; Slack's side is the test suite's fake Web API (tests/slack/fake_slack.py) in the same
 process, so its timestamps share the benchmark's clock. Targets (issue 4): 50 concurrent slash commands
 → ack p99 < 300 ms, all answered, none lost; paste → first answer p50 < 500 ms.
@@ -30,7 +30,7 @@ from fake_slack import FakeSlack  # noqa: E402
 from slack_logs import KV_CACHE_CASE, KV_CACHE_LOG  # noqa: E402
 from slack_support import SlackSender, bot_settings  # noqa: E402
 
-from bot.pipeline import Doctor  # noqa: E402
+from bot.pipeline import Pipeline  # noqa: E402
 from bot.settings import Settings  # noqa: E402
 from bot.slack.server import SlackBot  # noqa: E402
 
@@ -130,9 +130,9 @@ def main() -> int:
 
     index_dir = args.index_dir or tempfile.mkdtemp(prefix="bench-slack-index-")
     base = Settings(index_dir=Path(index_dir), kb_db_path=Path(tempfile.mkdtemp(prefix="bench-slack-kb-")) / "kb.sqlite3")
-    print("loading the engine (KB, index, MiniLM)…", file=sys.stderr)
-    doctor = Doctor.from_settings(base)
-    doctor.diagnose(KV_CACHE_LOG)  # warm: index built/loaded, model loaded, first encode done
+    print("loading the pipeline (KB, index, MiniLM)…", file=sys.stderr)
+    doctor = Pipeline.from_settings(base)
+    doctor.match(KV_CACHE_LOG)  # warm: index built/loaded, model loaded, first encode done
 
     fake = FakeSlack().start()
     bot = SlackBot(bot_settings(fake, base), doctor, http=True).start()

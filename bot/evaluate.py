@@ -98,7 +98,7 @@ def evaluate(doctor: Any, items: list[dict[str, Any]], healthy: list[list[str]] 
                 log = bury(it["log"], noise, i) if noise else it["log"]
                 expected = it["expected"]
                 try:
-                    d = doctor.diagnose(log, mode=search_mode)
+                    d = doctor.match(log, mode=search_mode)
                     ids = [m.case_id for m in d.matches]
                     verdict = d.verdict
                 except UserInputError:

@@ -1,35 +1,71 @@
-"""The engine, read this first. Both flows start here and data flows one way:
+"""The composition root, read this first. Both flows start here; data flows one way through the stages:
 
-    paste  → decode_input → distill → Matcher.match (signatures + BM25 + dense) → Diagnosis
-           → Explainer (optional LLM, falls back to the KB case) → reply (CLI / Slack)
+    explain (a paste):   decode_input → distill → Matcher.match (signatures + BM25 + dense) → Diagnosis
+                         → Explainer (optional LLM, falls back to the KB case) → reply (CLI / Slack)
+    diagnose (hosts):    HostRequest → access (validate, authorize) → inventory → catalogue
+                         → runner engine over SSH or locally → FleetReport → reply (CLI / Slack)
 
-`Doctor` owns the loaded KB, the index and the explainer; build it once per process.
+`Pipeline` is the dependency container (KB, index, matcher, explainer, inventory, catalogue, connector,
+audit log), built once per process; its entry points are `explain` / `match` / `explain_stream` for pastes
+and `diagnose` for hosts. The CLI (bot/cli/) and every Slack listener (bot/slack/) call only these.
 """
 
 from __future__ import annotations
 
+import asyncio
+import getpass
 import logging
+import socket
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Literal, TypeVar
 
 from bot.distill import decode_input, distill, extra_keywords
-from bot.errors import IndexUnavailable
+from bot.errors import IndexUnavailable, UserInputError
 from bot.match import Matcher, Mode, Thresholds, signature_literals
-from bot.models import Diagnosis, Explanation
+from bot.models import Diagnosis, Explanation, FleetReport, HostFacts, HostReport, HostRequest, Paste
 from bot.settings import Settings, get_settings
 from kb.loader import DEFAULT_CASES_DIR, KnowledgeBase, case_files, load_kb
 from kb.schema import Case
 
 if TYPE_CHECKING:
     from bot.explain.explainer import Explainer
+    from bot.runner.catalogue import Check, CheckCatalogue
+    from bot.runner.inventory import Host, Inventory
+    from bot.runner.transport import Connector
+    from indexer.encoder import SentenceTransformerEncoder
+    from indexer.index import KBIndex
 
 log = logging.getLogger(__name__)
 
+Progress = Callable[[str], None]  # one short line per step ("gpu01: 12/34 checks"), best effort
+_T = TypeVar("_T")
 
-class Doctor:
+
+@dataclass(frozen=True)
+class Explained:
+    """A paste's answer: the deterministic diagnosis and, when asked for, its explanation."""
+
+    diagnosis: Diagnosis
+    explanation: Explanation | None
+
+
+@dataclass(frozen=True)
+class Requester:
+    """Who asked for a host diagnosis, for the audit log (CLI: the login name)."""
+
+    source: Literal["cli", "slack"] = "cli"
+    user_id: str | None = None
+    channel_id: str | None = None
+
+
+class Pipeline:
+    """Everything both flows need, built once per process (`Pipeline.from_settings()`)."""
+
     def __init__(self, settings: Settings, kb: KnowledgeBase | None = None):
         self.settings = settings
         self.cases_dir = Path(settings.kb_dir) if settings.kb_dir else DEFAULT_CASES_DIR
@@ -39,8 +75,8 @@ class Doctor:
             log.error("KB lint error, case skipped: %s", err)
         self._kb_stamp = self._stamp()
         self._keywords = extra_keywords(signature_literals(self._kb.cases))
-        self._index: Any = None
-        self._encoder_instance: Any = None
+        self._index: KBIndex | None = None
+        self._encoder_instance: SentenceTransformerEncoder | None = None
         self._matcher: Matcher | None = None
         self._explainer: Explainer | None | bool = False  # False = not resolved yet
         self._priors: Mapping[str, float] | None = None
@@ -52,7 +88,7 @@ class Doctor:
         )
 
     @classmethod
-    def from_settings(cls, settings: Settings | None = None) -> Doctor:
+    def from_settings(cls, settings: Settings | None = None) -> Pipeline:
         return cls(settings or get_settings())
 
     # -- KB and index ------------------------------------------------------------------------------
@@ -94,7 +130,7 @@ class Doctor:
                 self._matcher = Matcher(kb, self._index, self.thresholds, priors=self._priors)
             return True
 
-    def _encoder(self) -> Any:
+    def _encoder(self) -> SentenceTransformerEncoder:
         """The embedding model, loaded once per process and only when a dense query needs it."""
         with self._lock:
             if self._encoder_instance is None:
@@ -103,7 +139,7 @@ class Doctor:
                 self._encoder_instance = SentenceTransformerEncoder(self.settings.embed_model_path)
             return self._encoder_instance
 
-    def _open_index(self, kb: KnowledgeBase, force_rebuild: bool = False) -> Any:
+    def _open_index(self, kb: KnowledgeBase, force_rebuild: bool = False) -> KBIndex:
         from indexer.encoder import EncoderUnavailable
         from indexer.index import KBIndex
 
@@ -112,7 +148,7 @@ class Doctor:
         except EncoderUnavailable as exc:
             raise IndexUnavailable(str(exc)) from exc
 
-    def rebuild_index(self) -> Any:
+    def rebuild_index(self) -> KBIndex:
         """Re-embed every case (`vllm-doctor index --rebuild`)."""
         with self._lock:
             self._index = self._open_index(self._kb, force_rebuild=True)
@@ -120,7 +156,7 @@ class Doctor:
             return self._index
 
     @property
-    def index(self) -> Any:
+    def index(self) -> KBIndex:
         with self._lock:
             if self._index is None:
                 self._index = self._open_index(self._kb)
@@ -139,9 +175,11 @@ class Doctor:
             self._priors = priors
             self._matcher = None
 
-    # -- flow 1: paste → diagnosis -----------------------------------------------------------------
-    def diagnose(self, data: str | bytes, mode: Mode = "hybrid") -> Diagnosis:
-        """Raises bot.errors.UserInputError (EmptyInput, BinaryInput, InputTooLarge) for bad input."""
+    # -- explain: a paste ---------------------------------------------------------------------------
+    def match(self, data: str | bytes, mode: Mode = "hybrid") -> Diagnosis:
+        """The deterministic part of the explain flow: decode, distill, match.
+
+        Raises bot.errors.UserInputError (EmptyInput, BinaryInput, InputTooLarge) for bad input."""
         started = time.perf_counter()
         self.reload_if_changed()
         text, notes = decode_input(data, self.settings.max_input_bytes)
@@ -149,22 +187,36 @@ class Doctor:
         verdict, matches = self.matcher.match(distilled, mode=mode)
         return Diagnosis(verdict, matches, distilled, elapsed_ms=(time.perf_counter() - started) * 1000)
 
-    # -- explanation (LLM when configured, KB-only otherwise) ----------------------------------------
+    def explain(self, paste: Paste, *, use_llm: bool = True) -> Explained:
+        """A paste → its diagnosis and, when an LLM is configured and wanted, the LLM's explanation
+        (KB-only when the LLM fails). Without an LLM the explanation is None: the diagnosis is the answer."""
+        diagnosis = self.match(paste.data)
+        explanation = None
+        if use_llm and self.settings.vllm_base_url:
+            explanation = self.explain_diagnosis(diagnosis, paste.host_facts, paste.language)
+        return Explained(diagnosis, explanation)
+
     @property
     def explainer(self) -> Explainer | None:
+        """The LLM explainer, or None when no LLM is configured (KB-only answers)."""
         if self._explainer is False:
             from bot.explain.explainer import Explainer
 
             self._explainer = Explainer.from_settings(self.settings)
-        return self._explainer  # type: ignore[return-value]
+        return None if isinstance(self._explainer, bool) else self._explainer
 
     def _top_cases(self, diagnosis: Diagnosis) -> list[Case]:
         by_id = self._kb.by_id()
         return [by_id[m.case_id] for m in diagnosis.matches[:3] if m.case_id in by_id]
 
-    def explain(
-        self, diagnosis: Diagnosis, host_facts: dict | None = None, language: str | None = None, use_llm: bool = True
+    def explain_diagnosis(
+        self,
+        diagnosis: Diagnosis,
+        host_facts: HostFacts | None = None,
+        language: str | None = None,
+        use_llm: bool = True,
     ) -> Explanation:
+        """The explanation of a diagnosis: the LLM's when configured, else the KB case's own text."""
         from bot.explain.explainer import kb_only_explanation
 
         cases = self._top_cases(diagnosis)
@@ -174,14 +226,166 @@ class Doctor:
         return explainer.explain(diagnosis, cases, host_facts=host_facts, language=language)
 
     def explain_stream(
-        self, diagnosis: Diagnosis, host_facts: dict | None = None, language: str | None = None
+        self, diagnosis: Diagnosis, host_facts: HostFacts | None = None, language: str | None = None
     ) -> Iterator[str | Explanation]:
+        """As explain_diagnosis, streamed: preview text pieces, then exactly one Explanation (Slack)."""
         from bot.explain.explainer import kb_only_explanation
 
         cases = self._top_cases(diagnosis)
-        if self.explainer is None:
+        explainer = self.explainer
+        if explainer is None:
             yield kb_only_explanation(
                 diagnosis, cases, language=language, note=None, setting=self.settings.llm_language
             )
             return
-        yield from self.explainer.stream(diagnosis, cases, host_facts=host_facts, language=language)
+        yield from explainer.stream(diagnosis, cases, host_facts=host_facts, language=language)
+
+    def case_titles(self, case_ids: Sequence[str]) -> dict[str, str]:
+        """Titles for the KB cases a host report points to (a removed case shows its id)."""
+        by_id = self._kb.by_id()
+        return {case_id: by_id[case_id].title if case_id in by_id else case_id for case_id in case_ids}
+
+    # -- diagnose: hosts ------------------------------------------------------------------------------
+    @property
+    def runner_configured(self) -> bool:
+        """Remote host checks need an inventory (VLLM_DOCTOR_INVENTORY); --local does not."""
+        return self.settings.runner_inventory is not None
+
+    def inventory(self) -> Inventory:
+        """The configured inventory, re-read when its file changes (ConfigError when none is set)."""
+        from bot.runner.access import inventory_from_settings
+
+        return inventory_from_settings(self.settings)
+
+    def catalogue(self) -> CheckCatalogue:
+        from bot.runner.catalogue import load_catalogue
+
+        return load_catalogue(self.settings.runner_checks_dir)  # cached per directory
+
+    def resolve_hosts(self, target: str) -> list[Host]:
+        """An inventory host or group name → its hosts (InvalidTarget, UnknownHost otherwise)."""
+        from bot.runner.access import resolve_target
+
+        return resolve_target(target, self.settings)
+
+    def authorize(self, user_id: str, channel_id: str | None, usergroup_ids: set[str], request: HostRequest) -> list[Host]:
+        """The hosts `user_id` may check from `channel_id` (default deny; PermissionDenied otherwise)."""
+        from bot.runner.access import authorize
+
+        return authorize(user_id, channel_id, usergroup_ids, request.target, self.settings, max_tier=request.max_tier)
+
+    def local_host(self, **fields: object) -> Host:
+        """This machine as a Host (`--local`); fields: python, endpoint, serve_port, expected_gpus, …"""
+        from bot.runner.inventory import Host
+
+        values: dict[str, object] = {"python": self.settings.runner_local_python}
+        values.update({k: v for k, v in fields.items() if v is not None})
+        return Host(name=socket.gethostname() or "localhost", address="localhost", **values)  # type: ignore[arg-type]
+
+    def connector(self, *, local: bool, inventory: Inventory | None) -> Connector:
+        """How checks reach a host: this machine's shell, or SSH with verified host keys."""
+        if local:
+            from bot.runner.local import LocalConnector
+
+            return LocalConnector()
+        from bot.runner.ssh import SSHConnector
+
+        s = self.settings
+        return SSHConnector(
+            known_hosts=s.runner_known_hosts,
+            ssh_config=s.runner_ssh_config,
+            connect_timeout_s=s.runner_connect_timeout_s,
+            max_connecting=s.runner_max_connecting,
+            max_channels_per_host=s.runner_max_channels_per_host,
+            jump_hosts=dict(inventory.hosts) if inventory else {},
+        )
+
+    def diagnose(
+        self,
+        request: HostRequest,
+        *,
+        local: bool = False,
+        hosts: list[Host] | None = None,
+        progress: Progress | None = None,
+        requester: Requester | None = None,
+    ) -> FleetReport:
+        """Run the catalogue on `request.target` (an inventory host or group) or, with local=True, here.
+
+        `request.checks` are check ids or areas (default: every check up to `request.max_tier`). Pass
+        `hosts` when the caller already resolved and authorized them (Slack). Unreachable hosts, auth
+        failures, host-key mismatches and hung checks are reported in the result; exceptions are raised
+        only for bad arguments (UserInputError), configuration (ConfigError) and unknown targets
+        (UnknownHost). Every run is written to the audit log with who asked. Synchronous: safe from
+        worker threads and from inside a running event loop.
+        """
+        from bot.runner.access import inventory_from_settings, resolve_target, validate_target
+        from bot.runner.audit import AuditLog
+        from bot.runner.catalogue import select_checks
+
+        requester = requester or Requester()
+        if request.max_tier not in (0, 1, 2):
+            raise UserInputError("tier must be 0, 1 or 2")
+        checks = list(request.checks) or None
+        catalogue = self.catalogue()
+        selected, problems = select_checks(catalogue, checks, request.max_tier)
+        if problems:
+            raise UserInputError("; ".join(problems))
+        target = request.target
+        inventory: Inventory | None = None
+        if local:
+            hosts = hosts or [self.local_host()]
+            target = target or hosts[0].name
+        else:
+            if hosts is None:
+                validate_target(target)  # refuse metacharacters before reading any file
+            if hosts is None or self.settings.runner_inventory is not None:
+                inventory = inventory_from_settings(self.settings)
+            if hosts is None:
+                hosts = resolve_target(target, self.settings, inventory)
+        audit = AuditLog(self.settings.runner_audit_db)
+        user_id = requester.user_id or (f"cli:{_login()}" if requester.source == "cli" else None)
+        run_id = audit.start(
+            user_id=user_id, channel_id=requester.channel_id, source=requester.source, target=target,
+            hosts=[h.name for h in hosts], checks=[c.id for c in selected], max_tier=request.max_tier,
+        )  # fmt: skip
+        started = time.time()
+        try:
+            reports = _run_sync(self._check_hosts(hosts, selected, catalogue, local, progress, inventory))
+        except BaseException as exc:
+            audit.finish(run_id, None, error=f"{type(exc).__name__}: {exc}")
+            raise
+        report = FleetReport(target=target, hosts=reports, max_tier=request.max_tier, checks_requested=checks,
+                             started_at=started, duration_s=time.time() - started)
+        audit.finish(run_id, report)
+        return report
+
+    async def _check_hosts(
+        self,
+        hosts: list[Host],
+        selected: list[Check],
+        catalogue: CheckCatalogue,
+        local: bool,
+        progress: Progress | None,
+        inventory: Inventory | None,
+    ) -> list[HostReport]:
+        from bot.runner.engine import diagnose_hosts
+
+        connector = self.connector(local=local, inventory=inventory)
+        return await diagnose_hosts(hosts, connector, selected, catalogue, progress=progress,
+                                    max_parallel_hosts=self.settings.runner_max_parallel_hosts)
+
+
+def _run_sync(coro: Coroutine[object, object, _T]) -> _T:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with ThreadPoolExecutor(max_workers=1) as pool:  # called from inside an event loop: use a fresh one
+        return pool.submit(asyncio.run, coro).result()
+
+
+def _login() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "unknown"

@@ -10,9 +10,10 @@ import threading
 import pytest
 
 from bot.errors import InvalidTarget, PermissionDenied, UnknownHost
-from bot.runner import authorize, resolve_target, run_diagnosis
+from bot.runner.access import authorize, resolve_target
 from bot.runner.audit import AuditLog
 from bot.settings import RunnerAccessRule, Settings
+from tests.runner_support import run_diagnosis
 
 INJECTIONS = [
     "host01; rm -rf /", "host01 && reboot", "$(reboot)", "`id`", "host01|nc evil 1", "host01\nid",
@@ -133,7 +134,7 @@ def test_audit_log_keeps_every_run_under_concurrent_writers(tmp_path):
 
 
 def test_parse_chat_request():
-    from bot.runner import parse_request
+    from bot.runner.access import parse_request
 
     req = parse_request("gpu01 gpu server.metrics tier 1")
     assert (req.target, req.checks, req.max_tier) == ("gpu01", ("gpu", "server.metrics"), 1)

@@ -17,9 +17,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bot.runner import run_diagnosis
 from bot.runner.audit import AuditLog
-from tests.runner_support import spawn_orphan_vllm_worker, spawn_port_squatter, start_fleet
+from tests.runner_support import run_diagnosis, spawn_orphan_vllm_worker, spawn_port_squatter, start_fleet
 from tests.sshd_support import require_sshd
 
 pytestmark = pytest.mark.sshd

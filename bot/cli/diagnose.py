@@ -11,6 +11,12 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from bot.models import FleetReport
+    from bot.pipeline import Pipeline
+    from bot.settings import Settings
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -35,15 +41,17 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     local.add_argument("--served-model", help="model name /v1/models should list")
 
 
-def run(args: argparse.Namespace, settings) -> int:
+def run(args: argparse.Namespace, settings: Settings) -> int:
     from bot.errors import UserInputError
-    from bot.runner import local_host, run_diagnosis
+    from bot.models import HostRequest
+    from bot.pipeline import Pipeline
     from bot.runner.inventory import HostSpec, host_from_spec
 
     if args.inventory is not None:
         settings = settings.model_copy(update={"runner_inventory": args.inventory})
+    pipeline = Pipeline(settings)
     if args.list:
-        return _list_checks(settings)
+        return _list_checks(pipeline)
     if not args.local and not args.target:
         raise UserInputError("name a host or group from the inventory, or use --local")
     if args.local and args.target:
@@ -59,14 +67,14 @@ def run(args: argparse.Namespace, settings) -> int:
         except Exception as exc:
             raise UserInputError(f"bad --local option: {exc}") from exc
         validated = host_from_spec("local", spec)  # derives serve_port from --endpoint
-        hosts = [local_host(settings, python=spec.python, endpoint=validated.endpoint,
-                            serve_port=validated.serve_port, expected_gpus=validated.expected_gpus,
-                            model_dir=validated.model_dir, served_model=validated.served_model)]
+        hosts = [pipeline.local_host(python=spec.python, endpoint=validated.endpoint,
+                                     serve_port=validated.serve_port, expected_gpus=validated.expected_gpus,
+                                     model_dir=validated.model_dir, served_model=validated.served_model)]
 
+    request = HostRequest(args.target or "", tuple(args.checks or ()), args.tier)
     show = _Progress(enabled=not args.no_progress and sys.stderr.isatty())
     with show:
-        report = run_diagnosis(args.target or "", settings=settings, checks=args.checks, max_tier=args.tier,
-                               local=args.local, hosts=hosts, progress=show.update)
+        report = pipeline.diagnose(request, local=args.local, hosts=hosts, progress=show.update)
     if args.raw:
         args.raw.write_text(report.raw_text(), encoding="utf-8")
     if args.json:
@@ -100,17 +108,15 @@ class _Progress:
             self._status.update(message)
 
 
-def _list_checks(settings) -> int:
-    from bot.runner.catalogue import load_catalogue
-
-    catalogue = load_catalogue(settings.runner_checks_dir)
+def _list_checks(pipeline: Pipeline) -> int:
+    catalogue = pipeline.catalogue()
     for check in catalogue.checks.values():
         cases = ", ".join(catalogue.referenced_cases()[check.id]) or "-"
         print(f"{check.id:24} tier {check.tier}  {check.title}  [{cases}]")
     return 0
 
 
-def _print_text(report) -> None:
+def _print_text(report: FleetReport) -> None:
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table

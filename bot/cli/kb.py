@@ -3,7 +3,7 @@
     kb add                          interactive: paste a log, accept or edit the suggestions
     kb add --from-file case.yaml    non-interactive; strict schema + KB rules; errors name file and field
     kb add --from-file c.yaml --example-of CASE   add that file's examples to an existing case instead
-    kb search TEXT… | -             the live engine's ranking (signatures + BM25 + MiniLM) with outcomes
+    kb search TEXT… | -             the live pipeline's ranking (signatures + BM25 + MiniLM) with outcomes
     kb stats [--json]               cases per area, feedback outcomes, candidates for new cases, pending reviews
     kb review [--approve ID | --reject ID]   cases proposed in Slack (shell access = KB maintainer)
 
@@ -63,9 +63,9 @@ def run_kb_command(args: argparse.Namespace, settings: Any, *, stdin: TextIO | N
 
 def _growth(settings: Any) -> Any:
     from bot.kb_growth import KBGrowth
-    from bot.pipeline import Doctor
+    from bot.pipeline import Pipeline
 
-    return KBGrowth.from_settings(settings, Doctor.from_settings(settings))
+    return KBGrowth.from_settings(settings, Pipeline.from_settings(settings))
 
 
 def _print(out: TextIO, *lines: str) -> None:
@@ -235,7 +235,7 @@ def _whoami() -> str:
 def _search(args: argparse.Namespace, settings: Any, stdin: TextIO, out: TextIO) -> int:
     text = stdin.read() if args.text == ["-"] else " ".join(args.text)
     growth = _growth(settings)
-    diagnosis = growth.engine.diagnose(text)
+    diagnosis = growth.pipeline.match(text)
     rows = []
     for m in diagnosis.matches[: max(1, args.k)]:
         rows.append({

@@ -17,9 +17,13 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bot.errors import DoctorError, UserInputError
+from bot.models import Paste
+
+if TYPE_CHECKING:
+    from bot.pipeline import Pipeline
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -32,10 +36,10 @@ def _settings():
     return get_settings()
 
 
-def _doctor():
-    from bot.pipeline import Doctor
+def _pipeline() -> Pipeline:
+    from bot.pipeline import Pipeline
 
-    return Doctor.from_settings(_settings())
+    return Pipeline.from_settings(_settings())
 
 
 # -- explain ---------------------------------------------------------------------------------------
@@ -75,7 +79,7 @@ def diagnosis_to_json(d: Any, explanation: Any = None) -> dict:
 
 def _run_jsonl(args: argparse.Namespace) -> int:
     """Batch contract: exactly one JSON object per input line on stdout, in order; nothing else."""
-    doctor = _doctor()
+    pipeline = _pipeline()
     src = sys.stdin if args.jsonl == "-" else open(args.jsonl, encoding="utf-8", errors="replace")
     out = sys.stdout
     with src:
@@ -93,7 +97,7 @@ def _run_jsonl(args: argparse.Namespace) -> int:
                 log = item.get("log")
                 if not isinstance(log, str):
                     raise ValueError('missing string field "log"')
-                d = doctor.diagnose(log)
+                d = pipeline.match(log)
                 obj = {
                     "id": item_id,
                     "verdict": d.verdict,
@@ -122,12 +126,10 @@ def cmd_explain(args: argparse.Namespace) -> int:
         return _run_jsonl(args)
     host_facts = _host_facts(args.host_report)  # a bad report fails before the (slower) diagnosis
     data = _read_input(args.file)
-    doctor = _doctor()
-    diagnosis = doctor.diagnose(data)
-    explanation = None
-    if not args.no_llm and doctor.settings.vllm_base_url:
-        explanation = doctor.explain(diagnosis, host_facts=host_facts, language=args.lang)
-    elif host_facts is not None:
+    pipeline = _pipeline()
+    explained = pipeline.explain(Paste(data, language=args.lang, host_facts=host_facts), use_llm=not args.no_llm)
+    diagnosis, explanation = explained.diagnosis, explained.explanation
+    if explanation is None and host_facts is not None:
         print("note: --host-report is only used by the LLM explanation, which is off "
               f"({'--no-llm' if args.no_llm else 'VLLM_BASE_URL is not set'})", file=sys.stderr)
     if args.json:
@@ -135,7 +137,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     else:
         from bot.render import render_text
 
-        print(render_text(diagnosis, doctor, explanation, color=_want_color()))
+        print(render_text(diagnosis, pipeline, explanation, color=_want_color()))
     return 0
 
 
@@ -179,13 +181,13 @@ def cmd_kb(args: argparse.Namespace) -> int:
 def cmd_index(args: argparse.Namespace) -> int:
     import time
 
-    doctor = _doctor()
+    pipeline = _pipeline()
     started = time.perf_counter()
     if args.rebuild:
-        doctor.rebuild_index()
+        pipeline.rebuild_index()
     else:
-        _ = doctor.index
-    print(f"index ready: {len(doctor.kb.cases)} cases in {doctor.settings.index_dir} ({time.perf_counter() - started:.1f} s)")
+        _ = pipeline.index
+    print(f"index ready: {len(pipeline.kb.cases)} cases in {pipeline.settings.index_dir} ({time.perf_counter() - started:.1f} s)")
     return 0
 
 
@@ -193,7 +195,7 @@ def cmd_index(args: argparse.Namespace) -> int:
 def cmd_eval(args: argparse.Namespace) -> int:
     from bot.evaluate import run_eval
 
-    return run_eval(args, _doctor())
+    return run_eval(args, _pipeline())
 
 
 def build_parser() -> argparse.ArgumentParser:

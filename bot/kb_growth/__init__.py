@@ -4,7 +4,7 @@
     form.py         a case as typed in a form (text boxes) → validated Case, errors per field
     suggest.py      pre-fill from a log: signatures (generalised root error lines), title, area, example
     lint.py         KB rules beyond the schema: examples hit own signatures, none fire on healthy logs
-    dedup.py        nearest existing cases with their similarity (the live engine's own diagnosis)
+    dedup.py        nearest existing cases with their similarity (the live pipeline's own diagnosis)
     writer.py       Case → kb/cases/<area>/<id>.yaml: atomic, under a file lock, id collisions renamed
     caseyaml.py     Case ⇄ YAML text (house format, round-trip checked)
     gitcommit.py    optional commit of a case file with the author's name (argv, never a shell)

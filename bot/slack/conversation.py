@@ -1,5 +1,5 @@
 """One diagnosis conversation in Slack, whatever the entry point (DM, mention, watch channel, file,
-/vllm-explain, message shortcut): placeholder in the thread → engine → answer → LLM text edited in
+/vllm-explain, message shortcut): placeholder in the thread → pipeline → answer → LLM text edited in
 progressively (with the host facts of the thread's last host diagnosis, if any) → long material as a
 file in the thread. Runs on a worker thread, never in an ack path.
 """
@@ -95,7 +95,7 @@ def diagnose_and_answer(deps: SlackDeps, client: Any, request: LogRequest) -> st
     post.placeholder(blocks.placeholder())
 
     try:
-        diagnosis = deps.engine.diagnose(text)
+        diagnosis = deps.pipeline.match(text)
     except errors.UserInputError as exc:
         post.retract()
         tell_user(client, where, blocks.input_error(str(exc)))
@@ -155,13 +155,13 @@ def _stream_explanation(deps: SlackDeps, diagnosis: Diagnosis, build: Callable[.
     streamed = ""
     explanation: Any = None
     try:
-        for piece in deps.engine.explain_stream(diagnosis, host_facts=host_facts):
+        for piece in deps.pipeline.explain_stream(diagnosis, host_facts=host_facts):
             if isinstance(piece, str):
                 streamed += piece
                 post.progress(lambda text=streamed: build(streaming_text=text))
             else:
                 explanation = piece
-    except Exception:  # the engine promises KB-only on LLM trouble; anything else must not lose the answer
+    except Exception:  # the pipeline promises KB-only on LLM trouble; anything else must not lose the answer
         log.exception("explanation failed; keeping the KB answer")
     final = build(explanation=explanation) if explanation is not None else build()
     post.final(final)
@@ -184,7 +184,7 @@ def _outcome(deps: SlackDeps, case_id: str) -> str | None:
 
 def _case_or_none(deps: SlackDeps, case_id: str) -> Any:
     try:
-        return deps.engine.case(case_id)
+        return deps.pipeline.case(case_id)
     except Exception:  # noqa: BLE001 - a case missing from the KB only costs the fix section
         log.warning("case %s not found in the KB", case_id)
         return None

@@ -1,47 +1,36 @@
 """Everything the listeners need, built once at start-up and handed to `register(app, deps)`.
 
-Tests build the same object with a local fake Slack and the real engine; nothing here talks to Slack.
+Tests build the same object with a local fake Slack and the real pipeline; nothing here talks to Slack.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING
 
-from bot.models import Diagnosis
 from bot.settings import Settings
 from bot.slack.recent import RecentAnswers
 from bot.slack.seen_events import SeenEvents
 from bot.slack.thread_facts import ThreadFacts
 from bot.slack.work import Workers
 
-
-class Engine(Protocol):
-    """The part of bot.pipeline.Doctor the Slack bot uses."""
-
-    kb: Any
-
-    def diagnose(self, text: str | bytes) -> Diagnosis: ...
-
-    def case(self, case_id: str) -> Any: ...
-
-    def explain_stream(
-        self, diagnosis: Diagnosis, host_facts: Any = None, language: str | None = None
-    ) -> Iterator[Any]: ...
+if TYPE_CHECKING:
+    from bot.kb_growth import KBGrowth
+    from bot.pipeline import Pipeline
+    from bot.slack.hosts import HostDiagnostics
 
 
 @dataclass
 class SlackDeps:
     settings: Settings
-    engine: Engine
+    pipeline: Pipeline  # the composition root: listeners call only its entry points
     bot_token: str
     workers: Workers = field(default_factory=Workers)
     seen_events: SeenEvents = field(default_factory=SeenEvents)
     recent: RecentAnswers = field(default_factory=RecentAnswers)  # SlackBot backs both with bot/slack/store.py
     thread_facts: ThreadFacts = field(default_factory=ThreadFacts)  # last host diagnosis per thread
-    hosts: Any | None = None  # bot.slack.hosts.HostDiagnostics when bot.runner is installed and configured
-    kb_growth: Any | None = None  # bot.kb_growth.KBGrowth: feedback votes, candidates for new cases
+    hosts: HostDiagnostics | None = None  # bot.slack.hosts.HostDiagnostics when bot.runner is installed and configured
+    kb_growth: KBGrowth | None = None  # bot.kb_growth.KBGrowth: feedback votes, candidates for new cases
     bot_user_id: str | None = None  # filled from auth.test when the App starts
 
     @property
@@ -62,6 +51,6 @@ class SlackDeps:
 
     def kb_size(self) -> int:
         try:
-            return len(self.engine.kb.cases)
+            return len(self.pipeline.kb.cases)
         except (AttributeError, TypeError):
             return 0

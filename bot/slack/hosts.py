@@ -22,7 +22,11 @@ from typing import Any
 from slack_sdk.errors import SlackApiError
 
 from bot.errors import DoctorError, UserInputError
+from bot.models import HostRequest
+from bot.pipeline import Pipeline, Requester
+from bot.runner.inventory import Host
 from bot.slack.conversation import Where, tell_user
+from bot.slack.deps import SlackDeps
 from bot.slack.reply import answer as blocks
 from bot.slack.thread_facts import ThreadHostFacts
 from bot.slack.usergroups import UserGroupDirectory, rule_groups
@@ -37,15 +41,10 @@ NOT_CONFIGURED = (
 MAX_TIER = 2
 
 
-def load_host_diagnostics(settings: Any) -> HostDiagnostics | None:
-    """The runner bridge when bot.runner is installed and an inventory is configured, else None."""
-    if getattr(settings, "runner_inventory", None) is None:
-        return None
-    try:
-        import bot.runner  # noqa: F401 - presence check; the module is imported again where it is used
-    except ImportError:
-        return None
-    return HostDiagnostics(settings)
+def load_host_diagnostics(pipeline: Pipeline) -> HostDiagnostics | None:
+    """The host-check bridge when an inventory is configured, else None (every entry point then answers
+    NOT_CONFIGURED)."""
+    return HostDiagnostics(pipeline) if pipeline.runner_configured else None
 
 
 def parse_args(words: list[str]) -> tuple[list[str] | None, int]:
@@ -60,15 +59,14 @@ def parse_args(words: list[str]) -> tuple[list[str] | None, int]:
 
 
 class HostDiagnostics:
-    def __init__(self, settings: Any) -> None:
-        self.settings = settings
-        self.usergroups = UserGroupDirectory(ttl_s=getattr(settings, "slack_usergroup_cache_s", 60.0))
+    def __init__(self, pipeline: Pipeline) -> None:
+        self.pipeline = pipeline
+        self.settings = pipeline.settings
+        self.usergroups = UserGroupDirectory(ttl_s=self.settings.slack_usergroup_cache_s)
 
     def picker_hint(self) -> str:
-        from bot.runner.access import inventory_from_settings
-
         try:
-            names = inventory_from_settings(self.settings).names()
+            names = self.pipeline.inventory().names()
         except DoctorError:
             return ""
         shown = ", ".join(names[:12]) + (" …" if len(names) > 12 else "")
@@ -76,32 +74,27 @@ class HostDiagnostics:
 
     def check_target(self, target: str) -> str | None:
         """A one-line problem with the target (shown on the modal field), or None."""
-        from bot.runner import resolve_target
-
         try:
-            resolve_target(target, self.settings)
+            self.pipeline.resolve_hosts(target)
         except DoctorError as exc:
             return str(exc)[:150]
         return None
 
-    def start(self, deps: Any, client: Any, where: Where, target: str, args: list[str]) -> None:
+    def start(self, deps: SlackDeps, client: Any, where: Where, target: str, args: list[str]) -> None:
         """Validate and authorize now (file reads, and cached user-group look-ups), run on a worker."""
-        from bot.runner import authorize
-
         try:
             checks, tier = parse_args(args)
+            request = HostRequest(target, tuple(checks or ()), tier)
             wanted = rule_groups(self.settings.runner_access, where.channel)
             groups = self.usergroups.groups_of(client, where.user, wanted) if wanted else set()
-            hosts = authorize(where.user or "", where.channel, groups, target, self.settings, max_tier=tier)
+            hosts = self.pipeline.authorize(where.user or "", where.channel, groups, request)
         except DoctorError as exc:
             tell_user(client, where, blocks.input_error(str(exc)))
             return
-        deps.workers.submit(self._run, deps, client, where, target, hosts, checks, tier)
+        deps.workers.submit(self._run, deps, client, where, request, hosts)
 
-    def _run(self, deps: Any, client: Any, where: Where, target: str, hosts: list[Any], checks: list[str] | None,
-             tier: int) -> None:
-        from bot.runner import run_diagnosis
-
+    def _run(self, deps: SlackDeps, client: Any, where: Where, request: HostRequest, hosts: list[Host]) -> None:
+        target = request.target
         names = [h.name for h in hosts]
         start = blocks.host_progress(target, names, None)
         kwargs: dict[str, Any] = {"channel": where.channel, **start.as_kwargs()}
@@ -121,9 +114,9 @@ class HostDiagnostics:
         if ts:
             ticker.start()
         try:
-            report = run_diagnosis(
-                target, settings=self.settings, checks=checks, max_tier=tier, hosts=hosts,
-                progress=ticker.note, user_id=where.user, channel_id=where.channel, source="slack",
+            report = self.pipeline.diagnose(
+                request, hosts=hosts, progress=ticker.note,
+                requester=Requester(source="slack", user_id=where.user, channel_id=where.channel),
             )
         except DoctorError as exc:
             ticker.stop()
@@ -137,12 +130,7 @@ class HostDiagnostics:
             self._finish(client, where, channel, ts, blocks.internal_error(ref))
             return
         ticker.stop()
-        titles = {}
-        for case_id in report.case_ids():
-            try:
-                titles[case_id] = deps.engine.case(case_id).title
-            except Exception:  # noqa: BLE001 - a finding may name a case that was since removed
-                titles[case_id] = case_id
+        titles = self.pipeline.case_titles(report.case_ids())  # a removed case shows its id
         message = blocks.host_report(report, kb_titles=titles, asker=where.user if not where.thread_ts else None)
         self._finish(client, where, channel, ts, message)
         if thread_ts and (facts := ThreadHostFacts.from_report(channel, thread_ts, report)) is not None:
@@ -199,7 +187,7 @@ class _ProgressTicker:
                 log.warning("progress update failed: %s", exc)
 
 
-def start_host_diagnosis(deps: Any, client: Any, where: Where, target: str, args: list[str]) -> None:
+def start_host_diagnosis(deps: SlackDeps, client: Any, where: Where, target: str, args: list[str]) -> None:
     if deps.hosts is None:
         tell_user(client, where, blocks.notice(NOT_CONFIGURED, ":desktop_computer:"))
         return

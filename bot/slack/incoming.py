@@ -1,7 +1,7 @@
 """Turn Slack's formatted message text back into the log the user pasted.
 
 Slack escapes `&`, `<`, `>` in message and command text, wraps URLs as `<http://x|label>` and mentions as
-`<@U…>`, and users often wrap logs in ``` fences. The engine wants the raw log.
+`<@U…>`, and users often wrap logs in ``` fences. The pipeline wants the raw log.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The running bot: engine + Slack App + transport (HTTP or Socket Mode) + /health, started and stopped
+"""The running bot: pipeline + Slack App + transport (HTTP or Socket Mode) + /health, started and stopped
 as one thing. `vllm-doctor serve`, the tests and bench/bench_slack.py all use this class."""
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ import threading
 from typing import Any
 
 from bot.errors import ConfigError
+from bot.pipeline import Pipeline
 from bot.settings import Settings
 from bot.slack.app import HttpServer, SocketModeConnection, build_app, build_web_client, wsgi_app
 from bot.slack.deps import SlackDeps
@@ -24,7 +25,7 @@ class SlackBot:
     def __init__(
         self,
         settings: Settings,
-        engine: Any,
+        pipeline: Pipeline,
         *,
         http: bool,
         host: str | None = None,
@@ -43,12 +44,12 @@ class SlackBot:
         state = SlackStateDB(settings.slack_state_db, retention_s=settings.slack_state_retention_days * 86400)
         self.deps = SlackDeps(
             settings=settings,
-            engine=engine,
+            pipeline=pipeline,
             bot_token=settings.slack_bot_token or "",
             workers=Workers(settings.slack_workers),
             recent=RecentAnswers(store=state),
             thread_facts=ThreadFacts(store=state),
-            hosts=hosts if hosts is not None else load_host_diagnostics(settings),
+            hosts=hosts if hosts is not None else load_host_diagnostics(pipeline),
             kb_growth=kb_growth,  # None: the KB-growth listeners build it from settings (build_app)
         )
         self.app = build_app(self.deps, self.client)

@@ -1,7 +1,7 @@
 """The bot's own worker pool for slow work (search, LLM, file downloads, host checks).
 
 Listeners only parse, ack and submit here, so bolt's listener threads stay free and every ack lands in
-milliseconds even while many diagnoses run. The pool is small on purpose: the engine is CPU-bound
+milliseconds even while many diagnoses run. The pool is small on purpose: the pipeline is CPU-bound
 (embedding) and the LLM server queues anyway; jobs wait in the queue rather than being dropped.
 """
 

@@ -1,6 +1,6 @@
 """Fixtures for the KB-growth tests. Every test gets its own temporary copy of kb/cases and of the
 session's search index (tests/conftest.py `doctor` builds it once), its own SQLite file, and a real
-engine on them; the repository's kb/cases is never written."""
+pipeline on them; the repository's kb/cases is never written."""
 
 from __future__ import annotations
 
@@ -33,12 +33,12 @@ def grow_settings(tmp_path: Path, doctor: Any, settings: Any) -> Any:
 
 
 @pytest.fixture
-def engine(grow_settings: Any) -> Any:
+def pipeline(grow_settings: Any) -> Any:
     return make_engine(grow_settings)
 
 
 @pytest.fixture
-def growth(grow_settings: Any, engine: Any) -> Iterator[Any]:
+def growth(grow_settings: Any, pipeline: Any) -> Iterator[Any]:
     from bot.kb_growth import KBGrowth
 
-    yield KBGrowth(grow_settings, engine)
+    yield KBGrowth(grow_settings, pipeline)

@@ -1,4 +1,4 @@
-"""KB growth with the real engine (real MiniLM, real FAISS + BM25 index, real SQLite), on a temporary copy
+"""KB growth with the real pipeline (real MiniLM, real FAISS + BM25 index, real SQLite), on a temporary copy
 of the KB: adds go live without a restart, 20 concurrent adds lose nothing, a crash between writing and
 indexing heals on the next start, review permissions hold, feedback nudges rankings only within bounds,
 and the CLI adds, searches and reports."""
@@ -45,21 +45,21 @@ def _manifest(settings: Any) -> dict[str, Any]:
     return json.loads((Path(settings.index_dir) / MANIFEST_NAME).read_text())
 
 
-def test_an_added_case_is_matched_by_the_very_next_paste(growth: Any, engine: Any, grow_settings: Any) -> None:
-    before = engine.diagnose(NOFILE_LOG)
+def test_an_added_case_is_matched_by_the_very_next_paste(growth: Any, pipeline: Any, grow_settings: Any) -> None:
+    before = pipeline.match(NOFILE_LOG)
     assert before.verdict != "match" or before.best.case_id != "too-many-open-files"
     applied = growth.add_case(parse_case_text(NOFILE_CASE_YAML, "case.yaml"))
     assert applied.live and applied.written.path == Path(grow_settings.kb_dir) / "serving" / "too-many-open-files.yaml"
     assert applied.live_seconds < 5.0
-    after = engine.diagnose(NOFILE_LOG)
+    after = pipeline.match(NOFILE_LOG)
     assert after.verdict == "match" and after.best.case_id == "too-many-open-files" and after.best.signature_hit
-    assert engine.diagnose(NOFILE_LOG_2).best.case_id == "too-many-open-files"
-    assert "too-many-open-files" in engine.index  # the index, not only the signature scanner, holds it
+    assert pipeline.match(NOFILE_LOG_2).best.case_id == "too-many-open-files"
+    assert "too-many-open-files" in pipeline.index  # the index, not only the signature scanner, holds it
     assert _manifest(grow_settings)["case_hashes"] == load_kb(grow_settings.kb_dir).case_hashes
 
 
-def test_twenty_concurrent_adds_lose_nothing_and_the_index_matches_the_files(growth: Any, engine: Any, grow_settings: Any) -> None:
-    base = len(engine.kb.cases)
+def test_twenty_concurrent_adds_lose_nothing_and_the_index_matches_the_files(growth: Any, pipeline: Any, grow_settings: Any) -> None:
+    base = len(pipeline.kb.cases)
     cases = [Case.model_validate(widget_case_data(n)) for n in range(10)]
     cases += [Case.model_validate(widget_case_data(n, case_id="widget-fault-same")) for n in range(10, 20)]
     results: list[Any] = []
@@ -81,18 +81,18 @@ def test_twenty_concurrent_adds_lose_nothing_and_the_index_matches_the_files(gro
     assert len(written_ids) == 20
     on_disk = load_kb(grow_settings.kb_dir)  # strict: every file valid
     assert len(on_disk.cases) == base + 20 and written_ids <= set(on_disk.by_id())
-    engine.diagnose("warm")  # any request reloads whatever the last writer left
-    assert engine.kb.content_hash == on_disk.content_hash
-    assert set(engine.index.case_ids) == set(on_disk.by_id())
+    pipeline.match("warm")  # any request reloads whatever the last writer left
+    assert pipeline.kb.content_hash == on_disk.content_hash
+    assert set(pipeline.index.case_ids) == set(on_disk.by_id())
     assert _manifest(grow_settings)["case_hashes"] == on_disk.case_hashes
-    reopened = KBIndex.open(on_disk, Path(grow_settings.index_dir), lambda: engine._encoder())
+    reopened = KBIndex.open(on_disk, Path(grow_settings.index_dir), lambda: pipeline._encoder())
     assert reopened.stats.action == "loaded" and reopened.stats.encoded == 0
     for n in (0, 9, 15):  # each case answers its own log, by signature
-        best = engine.diagnose(f"RuntimeError: WidgetFault{n:03d}: controller 1 tripped").best
+        best = pipeline.match(f"RuntimeError: WidgetFault{n:03d}: controller 1 tripped").best
         assert best.signature_hit and best.title == f"Widget controller {n} trips with WidgetFault{n:03d}"
 
 
-def test_a_crash_between_writing_and_indexing_heals_on_the_next_start(growth: Any, engine: Any, grow_settings: Any) -> None:
+def test_a_crash_between_writing_and_indexing_heals_on_the_next_start(growth: Any, pipeline: Any, grow_settings: Any) -> None:
     case = parse_case_text(NOFILE_CASE_YAML, "case.yaml")
     growth.writer.add(case)  # the file is written …and the process dies before the index is updated
     assert "too-many-open-files" not in _manifest(grow_settings)["case_hashes"]
@@ -101,7 +101,7 @@ def test_a_crash_between_writing_and_indexing_heals_on_the_next_start(growth: An
     assert stats.action == "updated"
     assert stats.encoded == len(case_documents(case))  # only the new case was embedded
     assert stats.reused == stats.documents - stats.encoded
-    assert restarted.diagnose(NOFILE_LOG).best.case_id == "too-many-open-files"
+    assert restarted.match(NOFILE_LOG).best.case_id == "too-many-open-files"
     assert _manifest(grow_settings)["kb_content_hash"] == load_kb(grow_settings.kb_dir).content_hash
 
 
@@ -113,10 +113,10 @@ def test_invalid_cases_are_refused_with_the_field_and_nothing_is_written(growth:
     assert not list(Path(grow_settings.kb_dir).glob("*/widget-fault-001.yaml"))
 
 
-def test_review_needs_a_reviewer_and_allows_one_decision(grow_settings: Any, engine: Any) -> None:
+def test_review_needs_a_reviewer_and_allows_one_decision(grow_settings: Any, pipeline: Any) -> None:
     growth = KBGrowth(
         grow_settings.model_copy(update={"kb_reviewer_group": REVIEWER_GROUP}),
-        engine,
+        pipeline,
         group_members=lambda group: [GROUP_REVIEWER] if group == REVIEWER_GROUP else [],
     )
     draft = growth.draft_from_log(NOFILE_LOG, author_id=AUTHOR, author_name="alice", channel="C1",
@@ -143,7 +143,7 @@ def test_review_needs_a_reviewer_and_allows_one_decision(grow_settings: Any, eng
     assert approval.applied.written.path.is_file()
     with pytest.raises(ReviewConflict, match="already approved"):
         growth.approve(sub.id, REVIEWER)
-    assert engine.diagnose(NOFILE_LOG).best.case_id == approval.applied.written.case.id
+    assert pipeline.match(NOFILE_LOG).best.case_id == approval.applied.written.case.id
 
 
 def _score(match: Any) -> float:
@@ -151,12 +151,12 @@ def _score(match: Any) -> float:
     return float(match.scores["score"])
 
 
-def _close_pair(engine: Any) -> tuple[Any, str, Any, Any]:
+def _close_pair(pipeline: Any) -> tuple[Any, str, Any, Any]:
     """A query without signature hits whose two best candidates are within 0.045 of each other."""
     from bot.distill import distill
 
-    plain = Matcher(engine.kb, engine.index, engine.thresholds)
-    for case in engine.kb.cases:
+    plain = Matcher(pipeline.kb, pipeline.index, pipeline.thresholds)
+    for case in pipeline.kb.cases:
         for query in (case.title, case.fix[0].text, " ".join(case.keywords)):
             if not query.strip():
                 continue
@@ -169,11 +169,11 @@ def _close_pair(engine: Any) -> tuple[Any, str, Any, Any]:
     raise AssertionError("no two cases within 0.045 of each other for any KB title or fix step")
 
 
-def test_feedback_prior_is_bounded_and_a_flood_by_one_user_counts_once(growth: Any, engine: Any, tmp_path: Path) -> None:
+def test_feedback_prior_is_bounded_and_a_flood_by_one_user_counts_once(growth: Any, pipeline: Any, tmp_path: Path) -> None:
     from bot.kb_growth.db import Database
     from bot.kb_growth.feedback import FeedbackStore
 
-    distilled, mode, first, second = _close_pair(engine)
+    distilled, mode, first, second = _close_pair(pipeline)
     for n in range(100):  # one user floods "Didn't help" on the leader and "Fixed it" on the runner-up
         growth.vote(answer_id=f"f{n}", user_id="UFLOOD", value="not_helpful", case_id=first.case_id, verdict="uncertain", channel="C1")
         growth.vote(answer_id=f"g{n}", user_id="UFLOOD", value="fixed", case_id=second.case_id, verdict="uncertain", channel="C1")
@@ -183,32 +183,32 @@ def test_feedback_prior_is_bounded_and_a_flood_by_one_user_counts_once(growth: A
     flood = growth.feedback.priors()
     assert dict(flood) == pytest.approx(dict(single.priors()))
     assert flood[second.case_id] == pytest.approx(MAX_PRIOR / 3) and flood[first.case_id] == pytest.approx(-MAX_PRIOR / 3)
-    flooded = Matcher(engine.kb, engine.index, engine.thresholds, priors=flood).match(distilled, mode=mode)[1]
-    once = Matcher(engine.kb, engine.index, engine.thresholds, priors=single.priors()).match(distilled, mode=mode)[1]
+    flooded = Matcher(pipeline.kb, pipeline.index, pipeline.thresholds, priors=flood).match(distilled, mode=mode)[1]
+    once = Matcher(pipeline.kb, pipeline.index, pipeline.thresholds, priors=single.priors()).match(distilled, mode=mode)[1]
     assert [(m.case_id, _score(m)) for m in flooded] == [(m.case_id, _score(m)) for m in once]
 
     for n in range(20):  # twenty different people agree: the runner-up overtakes, by at most MAX_PRIOR each way
         growth.vote(answer_id=f"h{n}", user_id=f"U{n}", value="not_helpful", case_id=first.case_id, verdict="uncertain", channel="C1")
         growth.vote(answer_id=f"i{n}", user_id=f"U{n}", value="fixed", case_id=second.case_id, verdict="uncertain", channel="C1")
-    ranked = Matcher(engine.kb, engine.index, engine.thresholds, priors=growth.feedback.priors()).match(distilled, mode=mode)[1]
+    ranked = Matcher(pipeline.kb, pipeline.index, pipeline.thresholds, priors=growth.feedback.priors()).match(distilled, mode=mode)[1]
     moved = {m.case_id: m for m in ranked}
     assert ranked[0].case_id == second.case_id and _score(moved[second.case_id]) > _score(moved[first.case_id])
     assert 0 < _score(moved[second.case_id]) - _score(second) < MAX_PRIOR
     assert 0 < _score(first) - _score(moved[first.case_id]) < MAX_PRIOR
-    huge = Matcher(engine.kb, engine.index, engine.thresholds, priors={second.case_id: 5.0}).match(distilled, mode=mode)[1]
+    huge = Matcher(pipeline.kb, pipeline.index, pipeline.thresholds, priors={second.case_id: 5.0}).match(distilled, mode=mode)[1]
     assert _score({m.case_id: m for m in huge}[second.case_id]) == pytest.approx(_score(second) + MAX_PRIOR, abs=1e-3)
     assert growth.outcome_text(second.case_id) == "solved 21 of 21"
     assert growth.outcome_text(first.case_id) == "solved 0 of 21"
 
 
-def test_a_signature_hit_outranks_any_feedback(growth: Any, engine: Any) -> None:
-    kv_log = engine.case("kv-cache-no-memory").examples[0].log
-    best = engine.diagnose(kv_log).matches
+def test_a_signature_hit_outranks_any_feedback(growth: Any, pipeline: Any) -> None:
+    kv_log = pipeline.case("kv-cache-no-memory").examples[0].log
+    best = pipeline.match(kv_log).matches
     runner_up = next(m for m in best[1:] if not m.signature_hit)
     priors = {"kv-cache-no-memory": -MAX_PRIOR, runner_up.case_id: +MAX_PRIOR}
     from bot.distill import distill
 
-    _, ranked = Matcher(engine.kb, engine.index, engine.thresholds, priors=priors).match(distill(kv_log))
+    _, ranked = Matcher(pipeline.kb, pipeline.index, pipeline.thresholds, priors=priors).match(distill(kv_log))
     assert ranked[0].case_id == "kv-cache-no-memory" and ranked[0].scores["prior"] == -MAX_PRIOR
 
 
@@ -314,10 +314,10 @@ def test_real_cli_entry_point_adds_a_case(grow_settings: Any, tmp_path: Path) ->
     assert time.perf_counter() - started < 120
 
 
-def test_votes_reach_the_running_engine_through_set_priors(growth: Any, engine: Any) -> None:
-    distilled, mode, first, second = _close_pair(engine)
+def test_votes_reach_the_running_engine_through_set_priors(growth: Any, pipeline: Any) -> None:
+    distilled, mode, first, second = _close_pair(pipeline)
     for n in range(20):
         growth.vote(answer_id=f"h{n}", user_id=f"U{n}", value="not_helpful", case_id=first.case_id, verdict="uncertain", channel="C1")
         growth.vote(answer_id=f"i{n}", user_id=f"U{n}", value="fixed", case_id=second.case_id, verdict="uncertain", channel="C1")
-    ranked = engine.matcher.match(distilled, mode=mode)[1]  # the engine's own matcher, attached by KBGrowth()
+    ranked = pipeline.matcher.match(distilled, mode=mode)[1]  # the pipeline's own matcher, attached by KBGrowth()
     assert ranked[0].case_id == second.case_id and "prior" in ranked[0].scores

@@ -1,5 +1,5 @@
 """Growing the KB from Slack, end to end over real HTTP: the bot's real HTTP server and bolt App, signed
-requests in, Web API calls out to the fake Slack; the real engine, index, model and SQLite on a temporary
+requests in, Web API calls out to the fake Slack; the real pipeline, index, model and SQLite on a temporary
 KB copy. Shortcut → pre-filled modal, submission errors inline, duplicate warning, review by reviewers
 (a user id and a user-group member) with refusal for everyone else, and the new case matched by the
 very next paste."""
@@ -54,12 +54,12 @@ def fake() -> Iterator[KBFakeSlack]:
 
 
 @pytest.fixture
-def kb_bot(fake: KBFakeSlack, grow_settings: Any, engine: Any) -> Iterator[tuple[Any, SlackSender]]:
+def kb_bot(fake: KBFakeSlack, grow_settings: Any, pipeline: Any) -> Iterator[tuple[Any, SlackSender]]:
     from bot.slack.server import SlackBot
 
     cfg = bot_settings(fake, grow_settings, kb_reviewers=[REVIEWER], kb_reviewer_group=REVIEWER_GROUP,
                        kb_review_channel=REVIEW_CHANNEL)
-    bot = SlackBot(cfg, engine, http=True).start()  # the KB-growth store is built by build_app from settings
+    bot = SlackBot(cfg, pipeline, http=True).start()  # the KB-growth store is built by build_app from settings
     yield bot, SlackSender(bot.url + "/slack/events")
     bot.stop(drain_s=30)
 
@@ -284,7 +284,7 @@ def test_reviewer_approves_others_are_refused_and_the_next_paste_gets_the_new_ca
                    and new_id in json.dumps(c.params.get("blocks")) for c in calls)
 
     fake.wait_for(answered, 60)
-    assert bot.deps.engine.diagnose(NOFILE_LOG).verdict == "match"
+    assert bot.deps.pipeline.match(NOFILE_LOG).verdict == "match"
 
     again = sender.interactive(button(fake, kbb.ACTION_REVIEW_REJECT, sub_id, REVIEWER, review_ts, "late"))
     assert again.status == 200
@@ -294,11 +294,11 @@ def test_reviewer_approves_others_are_refused_and_the_next_paste_gets_the_new_ca
     assert not [t for t in fake.posted_texts() if BROADCAST.search(t)]
 
 
-def test_duplicate_warning_and_adding_the_log_as_an_example(kb_bot: Any, fake: KBFakeSlack, grow_settings: Any, engine: Any) -> None:
+def test_duplicate_warning_and_adding_the_log_as_an_example(kb_bot: Any, fake: KBFakeSlack, grow_settings: Any, pipeline: Any) -> None:
     _, sender = kb_bot
     view = open_form(fake, sender, KV_CACHE_LOG, "1700000400.000100")
     sub_id = view["private_metadata"]
-    kv = engine.case(KV_CACHE_CASE)
+    kv = pipeline.case(KV_CACHE_CASE)
     before = len(kv.examples)
     second = kv.examples[1]
     examples = initial(view, "examples") + f"\n---\n{second.source}\n{second.log}"

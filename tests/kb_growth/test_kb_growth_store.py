@@ -1,4 +1,4 @@
-"""KB-growth storage without the engine: SQLite feedback/candidates/submissions, the case writer, YAML
+"""KB-growth storage without the pipeline: SQLite feedback/candidates/submissions, the case writer, YAML
 round trips over the whole bundled KB, form parsing, signature suggestions and the optional git commit."""
 
 from __future__ import annotations

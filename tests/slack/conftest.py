@@ -1,5 +1,5 @@
 """Fixtures for the Slack bot tests: a fake Slack Web API over real HTTP, the bot served by its real HTTP
-server (waitress) on a free port, signed requests sent with urllib. The engine is the real one
+server (waitress) on a free port, signed requests sent with urllib. The pipeline is the real one
 (tests/conftest.py `doctor`: bundled KB + all-MiniLM-L6-v2), built once per session."""
 
 from __future__ import annotations
@@ -35,12 +35,12 @@ def make_http_bot(fake_slack: FakeSlack, doctor: Any, settings: Any, tmp_path: A
 
     started: list[Any] = []
 
-    def make(engine: Any = None, **overrides: Any) -> tuple[Any, SlackSender]:
+    def make(pipeline: Any = None, **overrides: Any) -> tuple[Any, SlackSender]:
         overrides.setdefault("kb_db_path", tmp_path / "kb-growth.sqlite3")
         overrides.setdefault("slack_state_db", tmp_path / "slack-state.sqlite3")  # bots of one test share it
         bot_cfg = bot_settings(fake_slack, settings, **overrides)
-        engine = engine or doctor
-        bot = SlackBot(bot_cfg, engine, http=True, kb_growth=kb_store(bot_cfg, engine)).start()
+        pipeline = pipeline or doctor
+        bot = SlackBot(bot_cfg, pipeline, http=True, kb_growth=kb_store(bot_cfg, pipeline)).start()
         started.append(bot)
         return bot, SlackSender(bot.url + "/slack/events")
 

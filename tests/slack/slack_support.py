@@ -23,7 +23,7 @@ APP_TOKEN = "xapp-1-A0TEST-123-abc"
 
 
 def bot_settings(fake: FakeSlack, base: Any, **overrides: Any) -> Any:
-    """The session's engine settings plus Slack settings pointing at the fake. Each call gets its own
+    """The session's pipeline settings plus Slack settings pointing at the fake. Each call gets its own
     Slack state file (answers, thread host facts) unless `slack_state_db` is given: tests reuse thread ts."""
     values = {
         "slack_bot_token": BOT_TOKEN,
@@ -129,9 +129,9 @@ class SlackSender:
         return self.post(body, "application/x-www-form-urlencoded")
 
 
-def kb_store(bot_settings_: Any, engine: Any) -> Any:
+def kb_store(bot_settings_: Any, pipeline: Any) -> Any:
     """The real KB store on a temp SQLite file; priors are not attached, so votes cast here cannot change
-    the ranking of the session-wide engine that other tests share."""
+    the ranking of the session-wide pipeline that other tests share."""
     from bot.kb_growth import KBGrowth
 
-    return KBGrowth(bot_settings_, engine, attach_priors=False)
+    return KBGrowth(bot_settings_, pipeline, attach_priors=False)

@@ -8,7 +8,7 @@ case form and its duplicate check, review by reviewers, and "Fixed it" / "Didn't
     Approve / Reject ─ack─▶ reviewer check (non-reviewers refused at once) ─worker─▶ write + index →
                      review messages updated, author told by DM
 
-Acks never wait for the engine: trigger_id lives 3 s, and the embedding model may be busy.
+Acks never wait for the pipeline: trigger_id lives 3 s, and the embedding model may be busy.
 Registered BEFORE the Slack helper's placeholder listeners for the same buttons (bolt runs the first
 matching listener), see bot/slack/app.py.
 """
@@ -57,7 +57,7 @@ class Source:
 
 
 def register(app: Any, deps: SlackDeps, growth: KBGrowth | None = None) -> KBGrowth:
-    growth = growth or KBGrowth.from_settings(deps.settings, deps.engine, group_members=_group_lookup(app.client))
+    growth = growth or KBGrowth.from_settings(deps.settings, deps.pipeline, group_members=_group_lookup(app.client))
     deps.kb_growth = growth  # answers read outcomes and note unknown logs through it (conversation.py)
     deps.workers.submit(_warm, growth)
     app.shortcut(kbb.SHORTCUT_ADD_TO_KB)(_open_from_shortcut(deps, growth))
@@ -74,7 +74,7 @@ def register(app: Any, deps: SlackDeps, growth: KBGrowth | None = None) -> KBGro
 def _warm(growth: KBGrowth) -> None:
     """Distil the healthy logs and the KB examples once, so the first form check fits in the 3 s ack."""
     _ = growth.healthy
-    for case in growth.engine.kb.cases[:1]:
+    for case in growth.pipeline.kb.cases[:1]:
         growth.lint(case, replacing=case.id)
 
 

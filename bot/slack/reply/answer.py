@@ -1,4 +1,4 @@
-"""Block Kit builders: pure functions from engine values to Slack message payloads (golden-tested).
+"""Block Kit builders: pure functions from pipeline values to Slack message payloads (golden-tested).
 
 Every dynamic string goes through bot.slack.reply.mrkdwn (escape + limits) right here, where it enters a text
 object; nothing upstream pre-escapes. Limits enforced: 3,000 chars per section text, 150 per header,
@@ -314,7 +314,7 @@ def notice(text: str, emoji: str = ":information_source:") -> Message:
 
 
 def input_error(message: str) -> Message:
-    """Bad input (empty, too large, binary): the engine's or our own user-facing message."""
+    """Bad input (empty, too large, binary): the pipeline's or our own user-facing message."""
     return notice(message, ":warning:")
 
 
