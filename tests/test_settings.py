@@ -7,17 +7,13 @@ from pathlib import Path
 import pytest
 
 from bot.errors import ConfigError
-from bot.settings import Settings
+from bot.settings import Settings, env_name
 
 README = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
 
 
 def env_names() -> list[str]:
-    names = []
-    for name, field in Settings.model_fields.items():
-        alias = field.validation_alias
-        names.append(alias.choices[0] if alias is not None else name.upper())
-    return names
+    return [env_name(name) for name in Settings.model_fields]
 
 
 @pytest.mark.parametrize("env", env_names())
