@@ -19,6 +19,7 @@ from bot.models import Diagnosis
 from bot.slack.deps import SlackDeps
 from bot.slack.files import check_text_size, fetch_file_text
 from bot.slack.heuristics import looks_like_error_log
+from bot.slack.incoming import Where
 from bot.slack.progress import ThrottledUpdater
 from bot.slack.recent import AnswerRecord
 from bot.slack.reply import answer as blocks
@@ -28,16 +29,6 @@ log = logging.getLogger(__name__)
 
 # chat.postMessage errors after which the response_url (if we have one) is the only way to answer
 _CANNOT_POST = {"not_in_channel", "channel_not_found", "is_archived", "restricted_action"}
-
-
-@dataclass(frozen=True)
-class Where:
-    """Where a request came from and where its answer goes."""
-
-    channel: str
-    user: str | None
-    thread_ts: str | None  # None: post the answer top-level (slash command); it becomes the thread root
-    respond: Callable[..., Any] | None = None  # response_url sender (commands, shortcuts, actions)
 
 
 @dataclass(frozen=True)

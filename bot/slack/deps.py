@@ -6,9 +6,10 @@ Tests build the same object with a local fake Slack and the real pipeline; nothi
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from bot.settings import Settings
+from bot.slack.incoming import Where
 from bot.slack.recent import RecentAnswers
 from bot.slack.seen_events import SeenEvents
 from bot.slack.thread_facts import ThreadFacts
@@ -17,7 +18,16 @@ from bot.slack.work import Workers
 if TYPE_CHECKING:
     from bot.kb_growth import KBGrowth
     from bot.pipeline import Pipeline
-    from bot.slack.hosts import HostDiagnostics
+
+
+class HostChecks(Protocol):
+    """What listeners use of bot.slack.hosts.HostDiagnostics (a protocol: that module imports this one)."""
+
+    def picker_hint(self) -> str: ...
+
+    def check_target(self, target: str) -> str | None: ...
+
+    def start(self, deps: SlackDeps, client: Any, where: Where, target: str, args: list[str]) -> None: ...
 
 
 @dataclass
@@ -29,7 +39,7 @@ class SlackDeps:
     seen_events: SeenEvents = field(default_factory=SeenEvents)
     recent: RecentAnswers = field(default_factory=RecentAnswers)  # SlackBot backs both with bot/slack/store.py
     thread_facts: ThreadFacts = field(default_factory=ThreadFacts)  # last host diagnosis per thread
-    hosts: HostDiagnostics | None = None  # bot.slack.hosts.HostDiagnostics when bot.runner is installed and configured
+    hosts: HostChecks | None = None  # bot.slack.hosts.HostDiagnostics when bot.runner is installed and configured
     kb_growth: KBGrowth | None = None  # bot.kb_growth.KBGrowth: feedback votes, candidates for new cases
     bot_user_id: str | None = None  # filled from auth.test when the App starts
 

@@ -25,8 +25,9 @@ from bot.errors import DoctorError, UserInputError
 from bot.models import HostRequest
 from bot.pipeline import Pipeline, Requester
 from bot.runner.inventory import Host
-from bot.slack.conversation import Where, tell_user
+from bot.slack.conversation import tell_user
 from bot.slack.deps import SlackDeps
+from bot.slack.incoming import Where
 from bot.slack.reply import answer as blocks
 from bot.slack.thread_facts import ThreadHostFacts
 from bot.slack.usergroups import UserGroupDirectory, rule_groups

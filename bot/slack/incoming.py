@@ -7,6 +7,20 @@ Slack escapes `&`, `<`, `>` in message and command text, wraps URLs as `<http://
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Where:
+    """Where a request came from and where its answer goes."""
+
+    channel: str
+    user: str | None
+    thread_ts: str | None  # None: post the answer top-level (slash command); it becomes the thread root
+    respond: Callable[..., Any] | None = None  # response_url sender (commands, shortcuts, actions)
+
 
 _LINK_RE = re.compile(r"<((?:https?|mailto):[^|>\s]+)(?:\|([^>]*))?>")
 _MENTION_RE = re.compile(r"<@([UW][A-Z0-9]+)(?:\|[^>]*)?>")

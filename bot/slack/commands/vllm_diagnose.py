@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from bot.slack.conversation import Where
 from bot.slack.deps import SlackDeps
 from bot.slack.hosts import NOT_CONFIGURED, start_host_diagnosis
+from bot.slack.incoming import Where
 from bot.slack.reply import answer as blocks
 
 

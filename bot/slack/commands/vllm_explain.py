@@ -7,10 +7,10 @@ from collections.abc import Callable
 from typing import Any
 
 from bot.errors import UserInputError
-from bot.slack.conversation import LogRequest, Where, diagnose_and_answer
+from bot.slack.conversation import LogRequest, diagnose_and_answer
 from bot.slack.deps import SlackDeps
 from bot.slack.files import check_text_size
-from bot.slack.incoming import slack_to_plain
+from bot.slack.incoming import Where, slack_to_plain
 from bot.slack.reply import answer as blocks
 
 USAGE = (

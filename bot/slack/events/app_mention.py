@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from bot.slack.conversation import LogRequest, Where, diagnose_and_answer, tell_user
+from bot.slack.conversation import LogRequest, diagnose_and_answer, tell_user
 from bot.slack.deps import SlackDeps
 from bot.slack.hosts import start_host_diagnosis
-from bot.slack.incoming import host_request, slack_to_plain, strip_bot_mention
+from bot.slack.incoming import Where, host_request, slack_to_plain, strip_bot_mention
 from bot.slack.reply import answer as blocks
 
 

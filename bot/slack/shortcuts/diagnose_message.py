@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from bot.slack.conversation import LogRequest, Where, diagnose_and_answer
+from bot.slack.conversation import LogRequest, diagnose_and_answer
 from bot.slack.deps import SlackDeps
-from bot.slack.incoming import slack_to_plain
+from bot.slack.incoming import Where, slack_to_plain
 
 DIAGNOSE_MESSAGE_CALLBACK = "diagnose_message"
 

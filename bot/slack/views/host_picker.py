@@ -7,9 +7,9 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from bot.slack.conversation import Where
 from bot.slack.deps import SlackDeps
 from bot.slack.hosts import NOT_CONFIGURED, start_host_diagnosis
+from bot.slack.incoming import Where
 from bot.slack.reply import answer as blocks
 
 
