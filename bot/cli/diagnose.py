@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from rich.status import Status
+
     from bot.models import FleetReport
     from bot.pipeline import Pipeline
     from bot.settings import Settings
@@ -87,11 +89,11 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 class _Progress:
     """One live status line on stderr while checks run (rich), or nothing when stderr is not a TTY."""
 
-    def __init__(self, enabled: bool):
+    def __init__(self, enabled: bool) -> None:
         self.enabled = enabled
-        self._status = None
+        self._status: Status | None = None
 
-    def __enter__(self):
+    def __enter__(self) -> _Progress:
         if self.enabled:
             from rich.console import Console
 
@@ -99,7 +101,7 @@ class _Progress:
             self._status.__enter__()
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         if self._status is not None:
             self._status.__exit__(*exc)
 

@@ -24,13 +24,14 @@ from bot.models import Paste
 
 if TYPE_CHECKING:
     from bot.pipeline import Pipeline
+    from bot.settings import Settings
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
-def _settings():
+def _settings() -> Settings:
     from bot.settings import get_settings
 
     return get_settings()
@@ -52,7 +53,7 @@ def _read_input(path: str | None) -> bytes:
         raise UserInputError(f"cannot read {path}: {exc.strerror}") from exc
 
 
-def match_to_json(m: Any, full: bool = True) -> dict:
+def match_to_json(m: Any, full: bool = True) -> dict[str, Any]:
     out = {
         "case_id": m.case_id,
         "title": m.title,
@@ -64,7 +65,7 @@ def match_to_json(m: Any, full: bool = True) -> dict:
     return out
 
 
-def diagnosis_to_json(d: Any, explanation: Any = None) -> dict:
+def diagnosis_to_json(d: Any, explanation: Any = None) -> dict[str, Any]:
     return {
         "verdict": d.verdict,
         "matches": [match_to_json(m) for m in d.matches],
@@ -85,7 +86,7 @@ def _run_jsonl(args: argparse.Namespace) -> int:
     with src:
         for n, raw in enumerate(src, 1):
             if not raw.strip():
-                obj = {"id": None, "verdict": "unknown", "matches": [], "error": f"line {n}: empty line"}
+                obj: dict[str, Any] = {"id": None, "verdict": "unknown", "matches": [], "error": f"line {n}: empty line"}
                 out.write(json.dumps(obj, ensure_ascii=False) + "\n")
                 continue
             item_id: Any = None

@@ -6,7 +6,8 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from typing import Any, Literal
+from collections.abc import Callable
+from typing import Literal
 
 from bot.models import Explanation
 
@@ -15,7 +16,7 @@ class CircuitBreaker:
     """closed → (N consecutive failures) → open → (cool-down passed) → half-open: one trial request;
     its success closes the circuit, its failure opens it again for another cool-down."""
 
-    def __init__(self, failures: int = 3, cooldown_s: float = 30.0, clock: Any = time.monotonic):
+    def __init__(self, failures: int = 3, cooldown_s: float = 30.0, clock: Callable[[], float] = time.monotonic):
         self.threshold = failures
         self.cooldown_s = cooldown_s
         self._clock = clock
