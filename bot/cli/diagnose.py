@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from types import TracebackType
+
     from rich.status import Status
 
     from bot.models import FleetReport
@@ -101,9 +103,11 @@ class _Progress:
             self._status.__enter__()
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         if self._status is not None:
-            self._status.__exit__(*exc)
+            self._status.__exit__(exc_type, exc, tb)
 
     def update(self, message: str) -> None:
         if self._status is not None:
