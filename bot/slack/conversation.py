@@ -23,7 +23,7 @@ from bot.slack.incoming import Where
 from bot.slack.progress import ThrottledUpdater
 from bot.slack.recent import AnswerRecord
 from bot.slack.reply import answer as blocks
-from bot.slack.reply.answer import Message
+from bot.slack.reply.kit import Message
 
 log = logging.getLogger(__name__)
 

@@ -29,6 +29,8 @@ from bot.slack.conversation import tell_user
 from bot.slack.deps import SlackDeps
 from bot.slack.incoming import Where
 from bot.slack.reply import answer as blocks
+from bot.slack.reply import hosts as host_replies
+from bot.slack.reply.kit import Message
 from bot.slack.thread_facts import ThreadHostFacts
 from bot.slack.usergroups import UserGroupDirectory, rule_groups
 
@@ -97,7 +99,7 @@ class HostDiagnostics:
     def _run(self, deps: SlackDeps, client: Any, where: Where, request: HostRequest, hosts: list[Host]) -> None:
         target = request.target
         names = [h.name for h in hosts]
-        start = blocks.host_progress(target, names, None)
+        start = host_replies.host_progress(target, names, None)
         kwargs: dict[str, Any] = {"channel": where.channel, **start.as_kwargs()}
         if where.thread_ts:
             kwargs["thread_ts"] = where.thread_ts
@@ -132,7 +134,7 @@ class HostDiagnostics:
             return
         ticker.stop()
         titles = self.pipeline.case_titles(report.case_ids())  # a removed case shows its id
-        message = blocks.host_report(report, kb_titles=titles, asker=where.user if not where.thread_ts else None)
+        message = host_replies.host_report(report, kb_titles=titles, asker=where.user if not where.thread_ts else None)
         self._finish(client, where, channel, ts, message)
         if thread_ts and (facts := ThreadHostFacts.from_report(channel, thread_ts, report)) is not None:
             deps.thread_facts.remember(facts)  # a log pasted in this thread is explained with these facts
@@ -144,7 +146,7 @@ class HostDiagnostics:
                 log.warning("raw output upload failed: %s", exc.response.get("error"))
 
     @staticmethod
-    def _finish(client: Any, where: Where, channel: str, ts: str | None, message: blocks.Message) -> None:
+    def _finish(client: Any, where: Where, channel: str, ts: str | None, message: Message) -> None:
         if ts:
             client.chat_update(channel=channel, ts=ts, **message.as_kwargs())
         elif where.respond is not None:
@@ -182,7 +184,7 @@ class _ProgressTicker:
                 continue
             self._shown = latest
             try:
-                message = blocks.host_progress(self._target, self._hosts, latest)
+                message = host_replies.host_progress(self._target, self._hosts, latest)
                 self._client.chat_update(channel=self._channel, ts=self._ts, **message.as_kwargs())
             except Exception as exc:  # noqa: BLE001 - progress is best effort
                 log.warning("progress update failed: %s", exc)

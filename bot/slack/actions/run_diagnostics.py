@@ -10,6 +10,7 @@ from typing import Any
 from bot.slack.deps import SlackDeps
 from bot.slack.hosts import NOT_CONFIGURED
 from bot.slack.reply import answer as blocks
+from bot.slack.reply import hosts as host_replies
 
 
 def run_diagnostics(deps: SlackDeps) -> Callable[..., None]:
@@ -31,7 +32,7 @@ def run_diagnostics(deps: SlackDeps) -> Callable[..., None]:
         )
         client.views_open(
             trigger_id=body["trigger_id"],
-            view=blocks.host_picker_view(private_metadata=metadata, hosts_hint=deps.hosts.picker_hint()),
+            view=host_replies.host_picker_view(private_metadata=metadata, hosts_hint=deps.hosts.picker_hint()),
         )
 
     return on_run_diagnostics

@@ -9,6 +9,7 @@ from bot.slack.deps import SlackDeps
 from bot.slack.hosts import NOT_CONFIGURED, start_host_diagnosis
 from bot.slack.incoming import Where
 from bot.slack.reply import answer as blocks
+from bot.slack.reply import home
 
 
 def vllm_diagnose(deps: SlackDeps) -> Callable[..., None]:
@@ -16,7 +17,7 @@ def vllm_diagnose(deps: SlackDeps) -> Callable[..., None]:
         words = (command.get("text") or "").split()
         if not words or words[0].lower() in ("help", "-h", "--help", "?"):
             ack(
-                **blocks.help_message(
+                **home.help_message(
                     max_bytes=deps.max_bytes,
                     watch_channels=sorted(deps.watch_channels),
                     runner_enabled=deps.runner_enabled,

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from bot.slack.deps import SlackDeps
-from bot.slack.reply import answer as blocks
+from bot.slack.reply import home
 from bot.slack.reply import kb_growth as kb_growth_blocks
 
 
@@ -21,7 +21,7 @@ def app_home_opened(deps: SlackDeps) -> Callable[..., None]:
 
 
 def home_for(deps: SlackDeps, user: str) -> dict[str, Any]:
-    view = blocks.home_view(
+    view = home.home_view(
         user_id=user,
         kb_size=deps.kb_size(),
         recent=deps.recent.for_user(user),

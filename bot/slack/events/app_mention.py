@@ -10,7 +10,7 @@ from bot.slack.conversation import LogRequest, diagnose_and_answer, tell_user
 from bot.slack.deps import SlackDeps
 from bot.slack.hosts import start_host_diagnosis
 from bot.slack.incoming import Where, host_request, slack_to_plain, strip_bot_mention
-from bot.slack.reply import answer as blocks
+from bot.slack.reply import home
 
 
 def app_mention(deps: SlackDeps) -> Callable[..., None]:
@@ -35,7 +35,7 @@ def app_mention(deps: SlackDeps) -> Callable[..., None]:
         tell_user(
             client,
             where,
-            blocks.help_message(
+            home.help_message(
                 max_bytes=deps.max_bytes, watch_channels=sorted(deps.watch_channels), runner_enabled=deps.runner_enabled
             ),
         )

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from bot.slack.deps import SlackDeps
-from bot.slack.reply import answer as blocks
+from bot.slack.reply import hosts as host_replies
 from bot.slack.views.host_picker import host_picker_submitted
 
 
 def register(app: Any, deps: SlackDeps) -> None:
-    app.view(blocks.HOST_PICKER_CALLBACK)(host_picker_submitted(deps))
+    app.view(host_replies.HOST_PICKER_CALLBACK)(host_picker_submitted(deps))

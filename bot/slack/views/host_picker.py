@@ -10,20 +10,20 @@ from typing import Any
 from bot.slack.deps import SlackDeps
 from bot.slack.hosts import NOT_CONFIGURED, start_host_diagnosis
 from bot.slack.incoming import Where
-from bot.slack.reply import answer as blocks
+from bot.slack.reply import hosts as host_replies
 
 
 def host_picker_submitted(deps: SlackDeps) -> Callable[..., None]:
     def on_host_picker(ack: Any, body: dict[str, Any], view: dict[str, Any], client: Any) -> None:
         values = view["state"]["values"]
-        target = ((values.get(blocks.HOST_PICKER_BLOCK) or {}).get(blocks.HOST_PICKER_INPUT) or {}).get("value") or ""
+        target = ((values.get(host_replies.HOST_PICKER_BLOCK) or {}).get(host_replies.HOST_PICKER_INPUT) or {}).get("value") or ""
         words = target.split()
         if deps.hosts is None:
-            ack(response_action="errors", errors={blocks.HOST_PICKER_BLOCK: NOT_CONFIGURED[:150]})
+            ack(response_action="errors", errors={host_replies.HOST_PICKER_BLOCK: NOT_CONFIGURED[:150]})
             return
         problem = deps.hosts.check_target(words[0]) if words else "Type a host or group name."
         if problem:
-            ack(response_action="errors", errors={blocks.HOST_PICKER_BLOCK: problem})
+            ack(response_action="errors", errors={host_replies.HOST_PICKER_BLOCK: problem})
             return
         ack()
         try:
