@@ -13,6 +13,7 @@ and `diagnose` for hosts. The CLI (bot/cli/) and every Slack listener (bot/slack
 from __future__ import annotations
 
 import asyncio
+import copy
 import getpass
 import logging
 import socket
@@ -248,6 +249,15 @@ class Pipeline:
         return {case_id: by_id[case_id].title if case_id in by_id else case_id for case_id in case_ids}
 
     # -- diagnose: hosts ------------------------------------------------------------------------------
+    def with_settings(self, settings: Settings) -> Pipeline:
+        """This pipeline's loaded KB, index and models under other settings: the Slack bot's own settings
+        (inventory, access rules) for its host checks when one pipeline serves several bots (tests)."""
+        if settings is self.settings:
+            return self
+        other = copy.copy(self)
+        other.settings = settings
+        return other
+
     @property
     def runner_configured(self) -> bool:
         """Remote host checks need an inventory (VLLM_DOCTOR_INVENTORY); --local does not."""

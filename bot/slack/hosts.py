@@ -133,7 +133,7 @@ class HostDiagnostics:
             self._finish(client, where, channel, ts, blocks.internal_error(ref))
             return
         ticker.stop()
-        titles = self.pipeline.case_titles(report.case_ids())  # a removed case shows its id
+        titles = deps.pipeline.case_titles(report.case_ids())  # the live KB; a removed case shows its id
         message = host_replies.host_report(report, kb_titles=titles, asker=where.user if not where.thread_ts else None)
         self._finish(client, where, channel, ts, message)
         if thread_ts and (facts := ThreadHostFacts.from_report(channel, thread_ts, report)) is not None:

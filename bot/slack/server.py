@@ -49,7 +49,7 @@ class SlackBot:
             workers=Workers(settings.slack_workers),
             recent=RecentAnswers(store=state),
             thread_facts=ThreadFacts(store=state),
-            hosts=hosts if hosts is not None else load_host_diagnostics(pipeline),
+            hosts=hosts if hosts is not None else load_host_diagnostics(pipeline.with_settings(settings)),
             kb_growth=kb_growth,  # None: the KB-growth listeners build it from settings (build_app)
         )
         self.app = build_app(self.deps, self.client)
