@@ -99,6 +99,9 @@ class QuestionParams:
     match_threshold: float = 0.70
     uncertain_threshold: float = 0.25
     margin: float = 0.15  # the best case must beat the runner-up by this much to be a 'match'
+    # 'match' also needs both channels to rank the case first (when the question has an English view):
+    # two retrievers that disagree mean the question is ambiguous, so the answer lists candidates.
+    require_agreement: bool = True
 
 
 @dataclass(frozen=True)
@@ -148,7 +151,12 @@ class QuestionMatcher:
         if matches:
             best = matches[0].score
             runner_up = matches[1].score if len(matches) > 1 else 0.0
-            if best >= p.match_threshold and best - runner_up >= p.margin:
+            top_id = matches[0].case_id
+            agree = not dense or not p.require_agreement or (
+                bool(bm25) and max(bm25, key=lambda c: bm25[c]) == top_id
+                and max(dense, key=lambda c: dense[c]) == top_id
+            )
+            if best >= p.match_threshold and best - runner_up >= p.margin and agree:
                 verdict = "match"
             elif best >= p.uncertain_threshold:
                 verdict = "uncertain"
