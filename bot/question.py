@@ -93,7 +93,7 @@ class QuestionParams:
 
     dense_weight: float = 0.45
     bm25_weight: float = 0.55
-    bm25_saturation: float = 12.0  # raw BM25 at which lexical evidence counts fully
+    bm25_saturation: float = 8.0  # raw BM25 at which lexical evidence counts fully
     dense_floor: float = 0.20
     dense_ceil: float = 0.65
     match_threshold: float = 0.70
