@@ -181,6 +181,8 @@ class QuestionMatcher:
         """The question's own terms that this case shares, then glossary terms that led to it."""
         words = self._case_tokens[case_id]
         shared = [t for t in dict.fromkeys(tokenize(text)) if t in words]
+        # search-mode segmentation yields 分布式 and its parts 分布, 布式: name the longest words only
+        shared = [t for t in shared if not any(t != o and t in o for o in shared)]
         via: dict[str, list[str]] = {}
         for h in expanded.terms:
             if h.found.lower() in shared:
