@@ -93,12 +93,15 @@ class QuestionParams:
 
     dense_weight: float = 0.45
     bm25_weight: float = 0.55
-    bm25_saturation: float = 12.0  # raw BM25 at which lexical evidence counts fully
+    bm25_saturation: float = 8.0  # raw BM25 at which lexical evidence counts fully
     dense_floor: float = 0.20
     dense_ceil: float = 0.65
     match_threshold: float = 0.70
     uncertain_threshold: float = 0.25
     margin: float = 0.15  # the best case must beat the runner-up by this much to be a 'match'
+    # 'match' also needs both channels to rank the case first (when the question has an English view):
+    # two retrievers that disagree mean the question is ambiguous, so the answer lists candidates.
+    require_agreement: bool = True
 
 
 @dataclass(frozen=True)
@@ -148,7 +151,12 @@ class QuestionMatcher:
         if matches:
             best = matches[0].score
             runner_up = matches[1].score if len(matches) > 1 else 0.0
-            if best >= p.match_threshold and best - runner_up >= p.margin:
+            top_id = matches[0].case_id
+            agree = not dense or not p.require_agreement or (
+                bool(bm25) and max(bm25, key=lambda c: bm25[c]) == top_id
+                and max(dense, key=lambda c: dense[c]) == top_id
+            )
+            if best >= p.match_threshold and best - runner_up >= p.margin and agree:
                 verdict = "match"
             elif best >= p.uncertain_threshold:
                 verdict = "uncertain"
@@ -173,6 +181,8 @@ class QuestionMatcher:
         """The question's own terms that this case shares, then glossary terms that led to it."""
         words = self._case_tokens[case_id]
         shared = [t for t in dict.fromkeys(tokenize(text)) if t in words]
+        # search-mode segmentation yields 分布式 and its parts 分布, 布式: name the longest words only
+        shared = [t for t in shared if not any(t != o and t in o for o in shared)]
         via: dict[str, list[str]] = {}
         for h in expanded.terms:
             if h.found.lower() in shared:

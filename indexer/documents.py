@@ -1,9 +1,8 @@
 """What a KB case becomes in the search index: its documents, and the hashes that say what changed.
 
 Each case is several documents: its `search_text()` followed by its Chinese text ("case"), and each
-example log after normalisation ("example:<n>"). The Chinese text comes last on purpose: MiniLM reads the
-first 256 word pieces, which the English text fills for nearly every case, so the vectors stay English
-while BM25 sees both languages. Vectors are keyed by the sha256 of their document text, so only new or changed documents
+example log after normalisation ("example:<n>"). BM25 indexes `text` (both languages); MiniLM, which reads
+English, embeds `dense_text` (the English text only), so vectors are exactly those of an English-only KB. Vectors are keyed by the sha256 of their document text, so only new or changed documents
 are embedded; per-case hashes (and the KB hash over them) say whether the stored index matches the KB.
 """
 
@@ -20,16 +19,25 @@ from kb.schema import Case
 class Document:
     case_id: str
     name: str  # "case" or "example:<n>" (n = 0-based position in case.examples)
-    text: str
-    sha256: str
+    text: str  # what BM25 indexes
+    sha256: str  # of `text`; vectors are keyed by it (dense_text is derived from the same case)
+    dense_text: str = ""  # what MiniLM embeds; empty = `text`
+
+    def __post_init__(self) -> None:
+        if not self.dense_text:
+            object.__setattr__(self, "dense_text", self.text)
 
 
 def case_documents(case: Case) -> list[Document]:
     """The texts that represent one case in the index."""
-    zh = case.search_text_zh()
-    texts = [("case", case.search_text() + ("\n" + zh if zh else ""))]
-    texts += [(f"example:{i}", normalize_log_text(ex.log)) for i, ex in enumerate(case.examples)]
-    return [Document(case.id, name, text, text_sha256(text)) for name, text in texts]
+    english, zh = case.search_text(), case.search_text_zh()
+    lexical = english + ("\n" + zh if zh else "")
+    # the key covers what is embedded too, so no vector embedded from other text is ever reused for it
+    docs = [Document(case.id, "case", lexical, text_sha256(lexical + "\x00" + english), english)]
+    for i, ex in enumerate(case.examples):
+        text = normalize_log_text(ex.log)
+        docs.append(Document(case.id, f"example:{i}", text, text_sha256(text)))
+    return docs
 
 
 def case_hash(case: Case) -> str:

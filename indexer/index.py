@@ -423,7 +423,7 @@ class KBIndex:
             )
         log.warning(message)
 
-        encoded = self._encode([d.text for d in to_encode])
+        encoded = self._encode([d.dense_text for d in to_encode])
         for doc, vec in zip(to_encode, encoded, strict=True):
             reused_vectors[doc.sha256] = vec
         dim = int(encoded.shape[1]) if len(encoded) else (stored.store.dim if stored else self.encoder().dim)
@@ -477,7 +477,7 @@ class KBIndex:
                 old_row.setdefault(sha, row)
         to_encode = list({d.sha256: d for d in docs if d.sha256 not in old_row}.values())
         encoded = dict(
-            zip([d.sha256 for d in to_encode], self._encode([d.text for d in to_encode]), strict=True)
+            zip([d.sha256 for d in to_encode], self._encode([d.dense_text for d in to_encode]), strict=True)
         )
         kind = self._wanted_kind(len(docs))
         new_keys = [d.sha256 for d in docs]

@@ -206,10 +206,12 @@ def test_language_choice(fake, distilled, setting, asked, expected):
     assert ("Simplified Chinese" in prompt_text(fake)) == (expected == "zh")
 
 
-def test_kb_only_answer_in_chinese_uses_the_chinese_title():
+def test_kb_only_answer_in_chinese_uses_the_chinese_text():
     case = kb_cases("kv-cache-no-memory")
     out = kb_only_explanation(make_diagnosis(language="zh"), case)
-    assert out.summary == case[0].title_zh and out.language == "zh" and out.source == "kb"
+    assert out.summary == case[0].summary_zh and out.language == "zh" and out.source == "kb"
+    assert out.why == case[0].cause_zh
+    assert out.fix_steps[0].startswith(case[0].fix[0].text_zh)
     assert any("`vllm serve MODEL --gpu-memory-utilization 0.95`" in s for s in out.fix_steps)
 
 
@@ -298,8 +300,20 @@ def test_auto_mode_retries_without_schema_and_remembers(fake):
     exp = explainer(fake.base_url, structured="auto")
     assert run(exp).source == "llm"
     assert ["response_format" in r.body for r in fake.chat_requests()] == [True, False]
-    assert run(exp, language="zh").source == "llm"
-    assert "response_format" not in fake.chat_requests()[-1].body  # not asked with the schema again
+    assert run(exp, language="zh").source == "kb"  # an English answer to a Chinese asker is not used ...
+    assert "response_format" not in fake.chat_requests()[-1].body  # ... and the schema is not asked again
+
+
+def test_an_english_answer_to_a_chinese_asker_falls_back_with_a_chinese_note(fake):
+    fake.chat = completion(answer_json("kv-cache-no-memory"))
+    out = run(explainer(fake.base_url), language="zh")
+    assert out.source == "kb" and out.language == "zh"
+    assert out.note is not None and "LLM 没有用中文回答" in out.note
+    fake.chat = completion(answer_json("kv-cache-no-memory", summary="权重加载后 KV 缓存没有剩余显存。",
+                                       why="profiling 之后显存预算已经用完。",
+                                       fix_steps=["把 `--gpu-memory-utilization` 调到 0.95。", "调小 `--max-model-len`。"]))
+    answered = run(explainer(fake.base_url), language="zh")
+    assert answered.source == "llm" and answered.summary.startswith("权重加载后")
 
 
 def test_structured_off_sends_no_schema_and_on_does_not_retry(fake):
