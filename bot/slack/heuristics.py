@@ -30,6 +30,11 @@ _STRONG_LINE_PATTERNS = [
     re.compile(r"terminate called after throwing|Error while finding module specification|^\s*Aborted\b"),
     re.compile(r"CUDA error at \S+|code=\d+\(cuda\w+\)|\bcuda\w*Error\w*\b"),
     re.compile(r"^\s*(?:\[rank\d+\]:|\(\w+ pid=\d+\))"),  # vLLM worker / torchrun rank prefixes
+    re.compile(r"\bCheck failed: |\bCUDA error \d+\b|\bIllegal instruction\b"),  # glog CHECKs, numbered CUDA errors
+    re.compile(r"^\s*(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)\([\"']"),  # an exception's repr: ValueError("…")
+    re.compile(r"^\s*\[\d{4}-\d{2}-\d{2} [\d:.,]+ [EF] \d+ \d+\]"),  # Ray / glog C++ lines: "[2025-06-13 01:49:41,730 E 1 1]"
+    re.compile(r"\b(?:[a-z_]\w*\.){2,}[A-Z]\w+: \S"),  # a fully qualified exception class mid-line
+    re.compile(r"\bwhich is incompatible\.?$|\bValue error, "),  # pip's resolver; pydantic validation
 ]
 # A single line that *starts* with an exception and says something substantial is a paste, not a remark.
 _EXCEPTION_LINE = re.compile(r"^\s*(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception):\s+\S.{29,}")
@@ -53,5 +58,7 @@ def looks_like_error_log(text: str) -> bool:
             or len(lines) >= 3
             or (len(lines) >= 2 and bool(_WEAK_WORDS.search(text)))
             or any(_EXCEPTION_LINE.match(ln) for ln in lines)
+            # one long machine-written line (a copied error message) rather than a remark about one
+            or (len(lines) == 1 and len(lines[0]) >= 80 and not lines[0].rstrip().endswith("?"))
         )
     return False

@@ -249,8 +249,17 @@ def test_form_errors_are_reported_per_field() -> None:
 def test_form_round_trip_of_a_real_case() -> None:
     case = KB.by_id()["kv-cache-no-memory"]
     again = form_to_case(case_to_form(case))
-    skip = {"examples", "cause", "references", "rules"}  # fact rules are written in YAML, not in the Slack form
-    assert again.model_dump(exclude=skip) == case.model_dump(exclude=skip)
+    # Fact rules and the Chinese text are written in YAML, not in the Slack form (a case filed from Slack may
+    # leave the Chinese empty; the review message says so).
+    skip = {"examples", "cause", "references", "rules", "summary_zh", "cause_zh", "keywords_zh"}
+
+    def comparable(c: Case) -> dict:
+        data = c.model_dump(exclude=skip)
+        for step in data["fix"]:
+            step.pop("text_zh")
+        return data
+
+    assert comparable(again) == comparable(case)
     assert sorted(again.references) == sorted(case.references)
     assert " ".join(again.cause.split()) == " ".join(case.cause.split())
 

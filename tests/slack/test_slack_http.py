@@ -101,7 +101,7 @@ def test_dm_paste_gets_placeholder_then_threaded_answer_naming_the_case(http_bot
     fix = next(b for b in blocks if b.get("block_id") == "fix")["text"]["text"]
     assert "--gpu-memory-utilization" in fix
     actions = [e["action_id"] for e in blocks[-1]["elements"]]
-    assert actions == ["feedback_fixed", "feedback_not_helpful", "run_host_diagnostics", "add_kb_case"]
+    assert actions == ["feedback_fixed", "feedback_not_helpful", "run_host_diagnostics", "add_kb_case", "draft_vllm_issue"]
     assert not [c for c in fake_slack.calls if c.params.get("_rejected")]
 
 
@@ -279,7 +279,8 @@ def _button(action_id: str, value: str, *, message_ts: str = "1700000020.000100"
     }
 
 
-@pytest.mark.parametrize("action_id", ["feedback_fixed", "feedback_not_helpful", "run_host_diagnostics", "add_kb_case"])
+@pytest.mark.parametrize("action_id", ["feedback_fixed", "feedback_not_helpful", "run_host_diagnostics", "add_kb_case",
+                                       "draft_vllm_issue"])
 def test_every_button_answers(http_bot: Any, fake_slack: Any, action_id: str) -> None:
     """No dead buttons: each one acks at once and then says something (an answer id this process never
     gave, as after a restart)."""
