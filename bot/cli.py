@@ -299,6 +299,8 @@ def cmd_index(args: argparse.Namespace) -> int:
     import time
 
     doctor = _doctor()
+    # a bar while embedding, on a terminal only: piped output and CI logs stay clean
+    doctor.build_progress = sys.stdout.isatty() and sys.stderr.isatty()
     started = time.perf_counter()
     if args.rebuild:
         doctor.rebuild_index()

@@ -40,6 +40,7 @@ class Doctor:
         self.cases_dir = Path(settings.kb_dir) if settings.kb_dir else DEFAULT_CASES_DIR
         self._lock = threading.RLock()
         self._kb_from_dir = kb is None  # then the index is written for the newest files (see _open_index)
+        self.build_progress = False  # a progress bar while (re-)embedding: `vllm-doctor index` on a terminal
         self._kb = kb or load_kb(self.cases_dir, strict=False)
         for err in self._kb.errors:
             log.error("KB lint error, case skipped: %s", err)
@@ -109,6 +110,7 @@ class Doctor:
                 from indexer.encoder import SentenceTransformerEncoder
 
                 self._encoder_instance = SentenceTransformerEncoder(self.settings.embed_model_path)
+                self._encoder_instance.progress = self.build_progress
             return self._encoder_instance
 
     def _open_index(self, kb: KnowledgeBase, force_rebuild: bool = False) -> Any:

@@ -108,6 +108,8 @@ class SentenceTransformerEncoder:
         self._config_dim = _dim_from_config(self.model_path)
         self._model: Any = None
         self._load_lock = threading.Lock()
+        # A progress bar on stderr while embedding many texts (`vllm-doctor index` on a terminal only).
+        self.progress = False
 
     @property
     def model_id(self) -> str:
@@ -153,6 +155,8 @@ class SentenceTransformerEncoder:
         model = self._load()
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
+        if self.progress and len(texts) > self.batch_size:
+            return self._encode_with_bar(model, list(texts))
         vectors = model.encode(
             list(texts),
             batch_size=self.batch_size,
@@ -161,6 +165,22 @@ class SentenceTransformerEncoder:
             show_progress_bar=False,
         )
         return np.ascontiguousarray(vectors, dtype=np.float32)
+
+    def _encode_with_bar(self, model: Any, texts: list[str]) -> np.ndarray:
+        """The same vectors, a batch at a time under a rich progress bar on stderr (a terminal only)."""
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        parts = []
+        columns = (TextColumn("embedding KB documents"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
+        with Progress(*columns, console=Console(stderr=True), transient=False) as bar:
+            task = bar.add_task("embed", total=len(texts))
+            for start in range(0, len(texts), self.batch_size):
+                chunk = texts[start : start + self.batch_size]
+                parts.append(model.encode(chunk, batch_size=self.batch_size, normalize_embeddings=True,
+                                          convert_to_numpy=True, show_progress_bar=False))
+                bar.advance(task, len(chunk))
+        return np.ascontiguousarray(np.concatenate(parts), dtype=np.float32)
 
 
 _WORD_RE = re.compile(r"[a-z0-9_]+")

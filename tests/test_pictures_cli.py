@@ -102,3 +102,44 @@ def test_diagnose_group_fleet_diff_baseline_drift_and_pictures(built_index: Path
         assert text.splitlines()[0] == ("drift: gpu04: driver changed since the baseline: 535.104.05 → 535.183.01")
     finally:
         fleet.stop()
+
+
+def _small_kb(tmp_path: Path) -> Path:
+    """15 real cases (about 50 documents: more than one embedding batch)."""
+    import shutil
+
+    kb_dir = tmp_path / "kb"
+    for case in sorted(KB.cases, key=lambda c: c.id)[:15]:
+        src = REPO / "kb" / "cases" / case.area / f"{case.id}.yaml"
+        (kb_dir / case.area).mkdir(parents=True, exist_ok=True)
+        shutil.copy(src, kb_dir / case.area / src.name)
+    return kb_dir
+
+
+def test_index_build_shows_a_progress_bar_only_on_a_terminal(tmp_path: Path) -> None:
+    import pty
+
+    kb_dir = _small_kb(tmp_path)
+    piped = run_cli(["index", "--rebuild"], tmp_path / "idx-piped", tmp_path, VLLM_DOCTOR_KB_DIR=str(kb_dir))
+    assert piped.returncode == 0, piped.stderr.decode()
+    assert "embedding KB documents" not in piped.stderr.decode() and "index ready: 15 cases" in piped.stdout.decode()
+
+    primary, secondary = pty.openpty()
+    environ = dict(os.environ, VLLM_DOCTOR_INDEX_DIR=str(tmp_path / "idx-tty"), VLLM_DOCTOR_KB_DIR=str(kb_dir),
+                   NO_COLOR="1")
+    proc = subprocess.Popen([sys.executable, "-m", "bot", "index", "--rebuild"], stdin=secondary, stdout=secondary,
+                            stderr=secondary, env=environ, close_fds=True)
+    os.close(secondary)
+    seen = b""
+    while True:
+        try:
+            chunk = os.read(primary, 65536)
+        except OSError:  # the terminal closed: the process is done
+            break
+        if not chunk:
+            break
+        seen += chunk
+    assert proc.wait(timeout=300) == 0, seen.decode(errors="replace")[-2000:]
+    os.close(primary)
+    text = seen.decode(errors="replace")
+    assert "embedding KB documents" in text and "51/51" in text and "index ready: 15 cases" in text
