@@ -14,7 +14,9 @@ from bot.question_eval import load_questions, score_questions
 from kb.loader import load_kb
 
 EVAL_DIR = Path(__file__).resolve().parent / "eval"
-SEEDS = Path("/work/shared/seeds")
+# shared/ lies beside the checkout (the session's and CI's clone alike)
+SEEDS = next((p for p in (Path(__file__).resolve().parents[2] / "shared" / "seeds", Path("/work/shared/seeds"))
+              if p.is_dir()), Path("/work/shared/seeds"))
 QUESTIONS = load_questions(EVAL_DIR / "questions.jsonl")
 
 
@@ -34,7 +36,7 @@ def test_question_set_shape() -> None:
 
 def test_questions_are_not_copied_from_the_seed_guides() -> None:
     guides = "".join(p.read_text(encoding="utf-8") for p in sorted(SEEDS.glob("*.txt"))) if SEEDS.is_dir() else ""
-    if not guides:
+    if not guides:  # a provenance check on data, not a component the product needs: skipping hides no failure
         pytest.skip("seed guides not present on this machine")
     copied = [q.id for q in QUESTIONS if q.language == "zh" and q.text.rstrip("？?") in guides]
     assert copied == []
