@@ -109,7 +109,7 @@ def diagnose_and_answer(deps: SlackDeps, client: Any, request: LogRequest) -> st
     except Exception:
         ref = secrets.token_hex(4)
         log.exception("diagnosis failed (ref %s) channel=%s thread=%s", ref, where.channel, where.thread_ts)
-        post.final(blocks.internal_error(ref))
+        post.final(blocks.internal_error(ref, answer_language(locale, question_language(paste.text))))
         return None
 
     metrics.VERDICTS.labels(verdict=diagnosis.verdict).inc()
