@@ -241,6 +241,8 @@ _TEXT: dict[str, dict[Language, str]] = {
               "with a mention instead (slash commands carry only a few thousand characters).",
         "zh": "用法：`/vllm-explain <粘贴报错日志>`。日志很长时，请在私信中作为文件发给我，或者带着文件 @ 我"
               "（斜杠命令只能带几千个字符）。"},
+    "slack.file.distilled": {"en": "Full distilled log", "zh": "完整的清洗后日志"},
+    "slack.file.explanation": {"en": "Full explanation", "zh": "完整解释"},
     "slack.internal_error": {
         "en": "Sorry, something went wrong on my side while diagnosing this (ref {ref}). The log was not lost: try "
               "again, and tell the bot's admins the ref if it keeps happening.",
