@@ -80,3 +80,24 @@ def test_question_floors_on_the_blind_set(doctor) -> None:
     assert rows["en"]["top1"] >= 0.90, rows["en"]
     assert rows["all"]["top3"] >= 0.96, rows["all"]
     assert rows["all"]["confident_wrong"] <= 1, rows["all"]
+
+
+def test_eval_prints_the_blind_set_as_its_own_rows(doctor, tmp_path, capsys) -> None:
+    """`vllm-doctor eval LABELLED`: questions_blind.jsonl beside it is scored apart from questions.jsonl."""
+    from types import SimpleNamespace
+
+    from bot.evaluate import _score_question_set
+
+    lines = (EVAL_DIR / "questions.jsonl").read_text(encoding="utf-8").splitlines()
+    blind = (EVAL_DIR / "questions_blind.jsonl").read_text(encoding="utf-8").splitlines()
+    (tmp_path / "questions.jsonl").write_text("\n".join(lines[:2]) + "\n", encoding="utf-8")
+    (tmp_path / "questions_blind.jsonl").write_text("\n".join(blind[:3]) + "\n", encoding="utf-8")
+    args = SimpleNamespace(no_questions=False, questions=None, json=True, errors=False)
+    _score_question_set(args, tmp_path / "dev.jsonl", doctor)
+    rows = json.loads(capsys.readouterr().out)
+    blind_rows = {r["group"]: r for r in rows if r["split"] == "blind"}
+    assert blind_rows["all"]["n"] == 3 and blind_rows["zh"]["n"] == 3
+    assert {r["n"] for r in rows if r["group"] == "all" and r["split"] == "all"} == {2}  # not mixed in
+    args.json = False
+    _score_question_set(args, tmp_path / "dev.jsonl", doctor)
+    assert "| all | blind | 3 |" in capsys.readouterr().out
