@@ -361,6 +361,7 @@ _TEXT: dict[str, dict[Language, str]] = {
     "host.col.cases": {"en": "KB cases", "zh": "知识库案例"},
     "host.summary": {"en": "{hosts} host(s), {summary}{extra} in {secs:.1f} s",
                      "zh": "{hosts} 台主机，{summary}{extra}，用时 {secs:.1f} 秒"},
+    "host.count": {"en": "{n} {verdict}", "zh": "{n} 项{verdict}"},
     "host.not_checked": {"en": ", {n} host(s) not checked", "zh": "，{n} 台主机未检查"},
     "host.drift": {"en": "drift", "zh": "变化"},
     "host.differs": {"en": "differs", "zh": "差异"},

@@ -237,7 +237,7 @@ def _print_text(report, lang: Language = "en") -> None:
             counts[c.verdict] = counts.get(c.verdict, 0) + 1
     unreachable = sum(1 for h in report.hosts if h.error)
     sep = "，" if lang == "zh" else ", "
-    summary = sep.join(f"{n} {t(f'host.verdict.{v}', lang) if v in VERDICT_ICON else v}"
+    summary = sep.join(t("host.count", lang, n=n, verdict=t(f"host.verdict.{v}", lang) if v in VERDICT_ICON else v)
                        for v, n in sorted(counts.items()))
     extra = t("host.not_checked", lang, n=unreachable) if unreachable else ""
     console.print(t("host.summary", lang, hosts=len(report.hosts), summary=summary, extra=extra,
