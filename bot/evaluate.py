@@ -305,10 +305,13 @@ def _score_question_set(args: argparse.Namespace, labelled: Path, doctor: Any) -
     from bot.question_eval import format_question_table, load_questions, score_questions
 
     scores = score_questions(doctor, load_questions(path))
+    blind = labelled.parent / "questions_blind.jsonl"
+    if not given and blind.is_file():  # written after the matcher was tuned: its own rows, the honest figures
+        scores += [s for s in score_questions(doctor, load_questions(blind)) if s.split != "all"]
     if args.json:
         print(json.dumps([s.row() for s in scores], indent=2))
     else:
-        print(f"\nQuestions without a log ({path.name}):")
+        print(f"\nQuestions without a log ({path.name}; split 'blind': questions_blind.jsonl):")
         print(format_question_table(scores))
     if args.errors:
         for s in scores:

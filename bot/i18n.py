@@ -176,6 +176,203 @@ _TEXT: dict[str, dict[Language, str]] = {
     "slack.host.more": {"en": "More in the file below.", "zh": "更多内容见下方文件。"},
     "slack.host.unreachable": {"en": "Could not check the host:", "zh": "无法检查该主机："},
     "slack.host.running": {"en": "Running read-only checks on *{target}*", "zh": "正在对 *{target}* 运行只读检查"},
+    "slack.host.running_many": {"en": " ({n} hosts: {shown})", "zh": "（{n} 台主机：{shown}）"},
+    "slack.host.and_more": {"en": " and {n} more", "zh": " 等另外 {n} 台"},
+    "slack.host.running_fallback": {"en": "Running checks on {target}…", "zh": "正在检查 {target}…"},
+    "slack.host.no_checks": {"en": "no checks ran", "zh": "没有运行任何检查"},
+    "slack.host.more_hosts": {"en": "{n} more hosts in the file below", "zh": "另外 {n} 台主机见下方文件"},
+    "slack.host.raw_title": {"en": "Raw check outputs: {target}", "zh": "检查命令原始输出：{target}"},
+    "slack.host.not_configured": {
+        "en": "Host diagnostics are not configured on this bot yet. Once an admin sets up the host inventory and SSH "
+              "access (VLLM_DOCTOR_INVENTORY, see docs/slack.md), this runs the read-only check catalogue on the host "
+              "and posts the results here.",
+        "zh": "这个机器人还没有配置主机诊断。管理员配置好主机清单和 SSH 访问（VLLM_DOCTOR_INVENTORY，见 docs/slack.md）后，"
+              "这里会在主机上运行只读检查目录，并把结果发到这里。"},
+    "slack.host.you_may": {"en": "Hosts and groups you may diagnose here: {shown}",
+                           "zh": "你在这里可以诊断的主机和主机组：{shown}"},
+    "slack.picker.empty": {"en": "Type a host or group name.", "zh": "请输入主机名或主机组名。"},
+    # /vllm-diagnose help (bot/slack/blocks.help_message); mrkdwn markup is part of the text
+    "slack.help.title": {"en": "How to use vLLM Doctor", "zh": "vLLM Doctor 使用说明"},
+    "slack.help.body": {
+        "en": """*vLLM Doctor* reads vLLM error logs and tells you the likely cause and the fix, from the team's knowledge base (and the team's LLM when configured).
+
+*Ask about a log*
+• Paste a log in a DM to me, or mention me with it: `@vLLM Doctor <log>` (works in threads too)
+• Mention me with nothing else in the thread of a pasted log to diagnose that log
+• `/vllm-explain <log>` in any channel I am in
+• Upload the log as a file or snippet in a DM or with a mention (text files up to {max_mb} MB)
+• On any message: *⋮ More actions → Diagnose this message*
+{watch}
+*Check a GPU host*
+• `/vllm-diagnose <host or group> [check …]` or `/vllm-diagnose <host> tier <N>`
+• `@vLLM Doctor diagnose <host>` inside a thread
+{runner}
+*On every answer*
+• *Fixed it* / *Didn't help* tell the team whether the KB case worked
+• *Run diagnostics on a host* and *Add as a KB case*
+""",
+        "zh": """*vLLM Doctor* 读取 vLLM 报错日志，根据团队的知识库（以及配置好的团队 LLM）告诉你最可能的原因和解决办法。也可以不贴日志，直接用中文或英文提问。
+
+*询问一段日志*
+• 私信给我贴日志，或者带着日志 @ 我：`@vLLM Doctor <日志>`（在帖子里也可以）
+• 在贴过日志的帖子里只 @ 我，我就诊断那段日志
+• 在我所在的任何频道使用 `/vllm-explain <日志>`
+• 在私信中或 @ 我时上传日志文件或代码片段（文本文件最大 {max_mb} MB）
+• 在任意消息上：*⋮ 更多操作 → Diagnose this message*
+{watch}
+*检查 GPU 主机*
+• `/vllm-diagnose <主机或主机组> [检查项 …]` 或 `/vllm-diagnose <主机> tier <N>`
+• 在帖子里 `@vLLM Doctor diagnose <主机>`
+{runner}
+*每条回答下面*
+• *已解决* / *没有帮助*：告诉团队这个知识库案例是否有效
+• *在主机上运行诊断* 和 *添加为知识库案例*
+"""},
+    "slack.help.watch": {"en": "• I also answer error logs posted in {links}\n", "zh": "• 我也会回答发到 {links} 的报错日志\n"},
+    "slack.help.runner_off": {"en": "_Host diagnostics are not configured on this bot yet._\n",
+                              "zh": "_这个机器人还没有配置主机诊断。_\n"},
+    "slack.usage.dm": {
+        "en": "Send me a vLLM error log (paste it, or attach it as a file) and I will look for the cause, or "
+              "ask a question about your deployment (English or 中文). `/vllm-diagnose help` shows everything I can do.",
+        "zh": "发给我一段 vLLM 报错日志（直接粘贴或作为文件上传），我来找原因；也可以用中文或英文问部署问题。"
+              "`/vllm-diagnose help` 列出我能做的所有事情。"},
+    "slack.usage.explain": {
+        "en": "Usage: `/vllm-explain <paste the error log>`. For a long log, attach it as a file in a DM to me or "
+              "with a mention instead (slash commands carry only a few thousand characters).",
+        "zh": "用法：`/vllm-explain <粘贴报错日志>`。日志很长时，请在私信中作为文件发给我，或者带着文件 @ 我"
+              "（斜杠命令只能带几千个字符）。"},
+    "slack.file.distilled": {"en": "Full distilled log", "zh": "完整的清洗后日志"},
+    "slack.file.explanation": {"en": "Full explanation", "zh": "完整解释"},
+    "slack.internal_error": {
+        "en": "Sorry, something went wrong on my side while diagnosing this (ref {ref}). The log was not lost: try "
+              "again, and tell the bot's admins the ref if it keeps happening.",
+        "zh": "抱歉，我这边诊断时出错了（编号 {ref}）。日志没有丢失：请再试一次；如果一直出错，请把编号告诉机器人的管理员。"},
+    # App Home: the viewer's recent answers
+    "slack.home.line": {"en": "{ago} in {channel}: {verdict} · {what}{mark}", "zh": "{ago}，{channel}：{verdict} · {what}{mark}"},
+    "slack.home.mark_fixed": {"en": " · :white_check_mark: fixed", "zh": " · :white_check_mark: 已解决"},
+    "slack.home.mark_not_helpful": {"en": " · :x: didn't help", "zh": " · :x: 没有帮助"},
+    "slack.ago.now": {"en": "just now", "zh": "刚刚"},
+    "slack.ago.min": {"en": "{n} min ago", "zh": "{n} 分钟前"},
+    "slack.ago.h": {"en": "{n} h ago", "zh": "{n} 小时前"},
+    "slack.ago.days": {"en": "{n} days ago", "zh": "{n} 天前"},
+    "verdict.word.match": {"en": "match", "zh": "匹配"},
+    "verdict.word.uncertain": {"en": "uncertain", "zh": "不确定"},
+    "verdict.word.unknown": {"en": "unknown", "zh": "未知"},
+    # KB case form and the rest of KB growth in Slack (bot/slack/kb_growth_blocks.py, listeners/kb_growth.py)
+    "kbform.modal_title": {"en": "Add to vLLM KB", "zh": "添加到 vLLM 知识库"},
+    "kbform.cancel": {"en": "Cancel", "zh": "取消"},
+    "kbform.close": {"en": "Close", "zh": "关闭"},
+    "kbform.done": {"en": "Done", "zh": "完成"},
+    "kbform.submit": {"en": "Check and send", "zh": "检查并提交"},
+    "kbform.send_review": {"en": "Send for review", "zh": "提交审核"},
+    "kbform.loading": {"en": "Reading the message and its thread…", "zh": "正在读取这条消息及其帖子…"},
+    "kbform.intro": {"en": "Describe the failure in this log so the next person gets an answer straight away. "
+                           "A KB reviewer approves it before it goes live.",
+                     "zh": "描述这段日志里的故障，下一位同事就能直接得到答案。知识库审核人批准后才会生效。"},
+    "kbform.nearest": {"en": "Nearest known cases for this log:", "zh": "与这段日志最接近的已知案例："},
+    "kbform.source": {"en": "From a message in {channel}", "zh": "来自 {channel} 中的一条消息"},
+    "kbform.source_more": {"en": " and {n} more log(s) in its thread", "zh": "，以及帖子里另外 {n} 段日志"},
+    "kbform.no_log": {"en": "I could not find a log in that message or its thread. Open the form from the message "
+                            "that holds the error log.",
+                      "zh": "在那条消息及其帖子里没有找到日志。请从包含报错日志的那条消息打开表单。"},
+    "kbform.read_failed": {"en": "Sorry, something went wrong while reading that message. Try again.",
+                           "zh": "抱歉，读取那条消息时出错了，请重试。"},
+    "kbform.check_failed": {"en": "Sorry, the check failed on my side; your form was kept. Try again.",
+                            "zh": "抱歉，我这边检查失败了；你的表单已保留，请重试。"},
+    "kbform.checking": {"en": "Checking the knowledge base for cases like this one…", "zh": "正在知识库中查找类似的案例…"},
+    "kbform.field.title": {"en": "Title", "zh": "标题（英文）"},
+    "kbform.hint.title": {"en": "What failed, in a few words a teammate would search for.",
+                          "zh": "用几个同事会搜索的词说明什么出了问题。"},
+    "kbform.field.title_zh": {"en": "Title in Chinese (中文标题)", "zh": "中文标题"},
+    "kbform.hint.title_zh": {"en": "The KB answers in both languages.", "zh": "知识库用中英文两种语言回答。"},
+    "kbform.field.area": {"en": "Area", "zh": "类别"},
+    "kbform.field.severity": {"en": "Severity", "zh": "严重程度"},
+    "kbform.field.cause": {"en": "Cause", "zh": "原因"},
+    "kbform.hint.cause": {"en": "Two to five sentences in your own words: what happened and why.",
+                          "zh": "用自己的话写两到五句：发生了什么，为什么。"},
+    "kbform.field.fix": {"en": "Fix steps", "zh": "解决步骤"},
+    "kbform.hint.fix": {"en": "One step per line. A line starting with $ is the command for the step above it.",
+                        "zh": "每行一个步骤。以 $ 开头的行是上一步要运行的命令。"},
+    "kbform.field.signatures": {"en": "Signatures (one regex per line)", "zh": "特征（每行一个正则表达式）"},
+    "kbform.hint.signatures": {
+        "en": "Fingerprints of this failure, matched on each cleaned log line. Suggested from the root error lines: "
+              "numbers, paths and hex generalised, checked to hit this log and never a healthy start-up.",
+        "zh": "这个故障的指纹，逐行匹配清洗后的日志。已根据根因报错行给出建议：数字、路径和十六进制已泛化，"
+              "并确认能命中这段日志、不会命中正常启动的日志。"},
+    "kbform.field.examples": {"en": "Example logs", "zh": "示例日志"},
+    "kbform.hint.examples": {
+        "en": "At least two. Each starts with the URL where it was posted, then the log lines; separate them with a "
+              "line ---. The first is this message (secrets redacted).",
+        "zh": "至少两段。每段先写发布它的 URL，再写日志行；段与段之间用一行 --- 分隔。第一段是这条消息（已去除密钥）。"},
+    "kbform.field.references": {"en": "References (optional)", "zh": "参考链接（可选）"},
+    "kbform.hint.references": {"en": "More URLs, one per line: issues, docs, PRs.",
+                               "zh": "更多 URL，每行一个：issue、文档、PR。"},
+    "kbform.similar": {"en": "{pct} similar", "zh": "相似度 {pct}"},
+    "kbform.sig_hits": {"en": " · its signature matches your log", "zh": " · 它的特征命中了你的日志"},
+    "kbform.overlap": {"en": " · your signature matches its examples", "zh": " · 你的特征命中了它的示例"},
+    "kbform.dup_head": {"en": "This may already be in the knowledge base.", "zh": "知识库里可能已经有这个案例。"},
+    "kbform.dup_yours": {"en": "Your case", "zh": "你的案例"},
+    "kbform.dup_example": {"en": "Add my log as an example of: {title}", "zh": "把我的日志添加为示例：{title}"},
+    "kbform.dup_case": {"en": "case {case} · {pct} similar", "zh": "案例 {case} · 相似度 {pct}"},
+    "kbform.dup_new": {"en": "It is a new case: send it for review", "zh": "这是新案例：提交审核"},
+    "kbform.dup_new_hint": {"en": "Reviewers see the similar cases too", "zh": "审核人也会看到这些相似案例"},
+    "kbform.dup_question": {"en": "What should happen?", "zh": "接下来怎么处理？"},
+    "kbform.sent_example": {"en": "your log as a new example of {case}", "zh": "你的日志（作为 {case} 的新示例）"},
+    "kbform.sent": {"en": ":white_check_mark: Sent {what} for review. You'll get a DM when a reviewer approves or "
+                          "rejects it.",
+                    "zh": ":white_check_mark: 已提交审核：{what}。审核人批准或拒绝后你会收到私信。"},
+    "kbform.saved_no_reviewers": {
+        "en": ":hourglass: Saved {what}, but no KB reviewers are configured yet (VLLM_DOCTOR_KB_REVIEWERS or "
+              "VLLM_DOCTOR_KB_REVIEWER_GROUP). An admin can approve it with `vllm-doctor kb review`.",
+        "zh": ":hourglass: 已保存 {what}，但还没有配置知识库审核人（VLLM_DOCTOR_KB_REVIEWERS 或 "
+              "VLLM_DOCTOR_KB_REVIEWER_GROUP）。管理员可以用 `vllm-doctor kb review` 批准。"},
+    "kbform.thanks_what_case": {"en": "KB case {case}", "zh": "知识库案例 {case}"},
+    "kbform.thanks_what_answer": {"en": "this answer", "zh": "这条回答"},
+    "kbform.thanks_fixed": {"en": "Thanks! Noted that {what} fixed it.", "zh": "谢谢！已记录：{what}解决了问题。"},
+    "kbform.thanks_outcome": {"en": " Outcome so far: {outcome} (one vote per person); it now ranks a little higher.",
+                              "zh": " 目前的反馈：{outcome}（每人一票）；它的排名会略微提高。"},
+    "kbform.thanks_not_helpful": {
+        "en": "Thanks for telling me {what} did not help. This log is now on the list of candidates for new cases; "
+              "if you find the real cause, *Add as a KB case* turns it into an answer for the next person.",
+        "zh": "谢谢告诉我{what}没有帮助。这段日志已加入新案例候选列表；找到真正的原因后，点 *添加为知识库案例*，"
+              "下一位同事就能得到答案。"},
+    "kbform.thanks_replaced": {"en": " (Your earlier rating of this answer was replaced.)",
+                               "zh": "（你之前对这条回答的评价已被替换。）"},
+    "kbform.outcome": {"en": ":bar_chart: Outcome of this KB case so far: {outcome} (one vote per person)",
+                       "zh": ":bar_chart: 这个知识库案例目前的反馈：{outcome}（每人一票）"},
+    "kbform.too_old": {
+        "en": "Thanks for telling me {said}. It is too old for me to link your rating to its KB case (I keep "
+              "the last few hundred answers), so it was not counted; paste the log again to rate a fresh answer.",
+        "zh": "谢谢告诉我{said}。这条回答太久了，无法把你的评价关联到它的知识库案例（我只保留最近几百条回答），"
+              "所以没有计入；请重新贴一次日志，再为新的回答评价。"},
+    "kbform.said_fixed": {"en": "this answer fixed it", "zh": "这条回答解决了问题"},
+    "kbform.said_not_helpful": {"en": "this answer did not help", "zh": "这条回答没有帮助"},
+    "kbhome.head": {"en": "*Candidates for new KB cases*", "zh": "*新知识库案例的候选*"},
+    "kbhome.pending": {"en": ":inbox_tray: {n} case(s) waiting for review", "zh": ":inbox_tray: {n} 个案例等待审核"},
+    "kbhome.none": {"en": "None: every recent log was answered, and nobody said an answer did not help.",
+                    "zh": "暂无：最近的日志都得到了回答，也没有人说回答没有帮助。"},
+    "kbhome.no_match": {"en": "no match", "zh": "没有匹配"},
+    "kbhome.not_helped": {"en": "{case} did not help", "zh": "{case} 没有帮助"},
+    "kbhome.seen": {"en": " · seen {n}×", "zh": " · 出现 {n} 次"},
+    "kbhome.no_error_line": {"en": "(no error line)", "zh": "（没有报错行）"},
+    # `vllm-doctor diagnose` text report (bot/runner/cli.py)
+    "host.col.check": {"en": "check", "zh": "检查项"},
+    "host.col.finding": {"en": "finding", "zh": "结果"},
+    "host.col.cases": {"en": "KB cases", "zh": "知识库案例"},
+    "host.summary": {"en": "{hosts} host(s), {summary}{extra} in {secs:.1f} s",
+                     "zh": "{hosts} 台主机，{summary}{extra}，用时 {secs:.1f} 秒"},
+    "host.count": {"en": "{n} {verdict}", "zh": "{n} 项{verdict}"},
+    "host.not_checked": {"en": ", {n} host(s) not checked", "zh": "，{n} 台主机未检查"},
+    "host.drift": {"en": "drift", "zh": "变化"},
+    "host.differs": {"en": "differs", "zh": "差异"},
+    "host.baseline_saved": {"en": "baseline saved: later runs of this target report drift from it",
+                            "zh": "已保存基线：之后对该目标的检查会报告相对它的变化"},
+    "host.verdict.ok": {"en": "ok", "zh": "正常"},
+    "host.verdict.warn": {"en": "warn", "zh": "警告"},
+    "host.verdict.fail": {"en": "fail", "zh": "失败"},
+    "host.verdict.error": {"en": "error", "zh": "出错"},
+    "host.verdict.timeout": {"en": "timeout", "zh": "超时"},
+    "host.verdict.skipped": {"en": "skipped", "zh": "跳过"},
 }
 
 

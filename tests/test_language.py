@@ -184,3 +184,21 @@ def test_cli_lang_switches_the_whole_answer(doctor, index_dir: Path) -> None:
     assert data["language"] == "zh" and data["kind"] == "question"
     en = _cli(["explain", "--no-llm", "--json", "--lang", "en", "-"], index_dir, "多卡推理一直卡住不动".encode())
     assert json.loads(_out(en))["language"] == "en"
+
+
+def test_every_fixed_text_has_both_languages_with_the_same_placeholders() -> None:
+    """bot/i18n.py holds every surface string: a Chinese form for each, filling the same {fields}."""
+    import string
+
+    from bot.i18n import _TEXT
+
+    def fields(text: str) -> set[str]:
+        return {name for _, name, _, _ in string.Formatter().parse(text) if name}
+
+    missing = [k for k, forms in _TEXT.items() if not forms.get("zh")]
+    assert missing == []
+    differ = [k for k, forms in _TEXT.items() if forms["en"] and fields(forms["en"]) != fields(forms["zh"])]
+    assert differ == []
+    layout_only = {"slack.home.line"}  # "{ago}，{channel}：…": the words are in its fields
+    english = {k for k, forms in _TEXT.items() if not any("\u4e00" <= c <= "\u9fff" for c in forms["zh"])}
+    assert english == layout_only

@@ -226,3 +226,22 @@ def test_server_killed_mid_request_then_circuit_opens(live):
         assert out.note.startswith("LLM skipped")
     finally:
         live.start()
+
+
+def test_a_chinese_askers_answer_is_chinese_or_the_chinese_kb_answer(live):
+    """The real server (random weights: it writes no Chinese on purpose) — what a Chinese asker gets is either an
+    LLM answer that passed the Chinese check, or the Chinese KB answer with a Chinese note, never English text."""
+    from bot.i18n import is_language
+
+    exp = Explainer.from_settings(Settings(vllm_base_url=live.base_url))
+    case = kb_cases(CASES[0])[0]
+    outs = [exp.explain(make_diagnosis(language="zh"), kb_cases(*CASES), language="zh") for _ in range(2)]
+    for out in outs:
+        assert out.language == "zh"
+        if out.source == "llm":
+            assert is_language(out.text(), "zh"), out
+        else:
+            chinese_notes = (t("note.discarded", "zh", reason="\x00").split("\x00")[0],
+                             t("note.unavailable", "zh", reason="\x00").split("\x00")[0])
+            assert out.note and out.note.startswith(chinese_notes), out.note
+            assert out.why == " ".join(case.cause_zh.split()) and case.fix[0].text_zh in out.fix_steps[0]

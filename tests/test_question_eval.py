@@ -18,6 +18,8 @@ EVAL_DIR = Path(__file__).resolve().parent / "eval"
 SEEDS = next((p for p in (Path(__file__).resolve().parents[2] / "shared" / "seeds", Path("/work/shared/seeds"))
               if p.is_dir()), Path("/work/shared/seeds"))
 QUESTIONS = load_questions(EVAL_DIR / "questions.jsonl")
+# Written after the matcher was tuned, labelled before its one scoring run; never tuned on (tests/eval/README.md)
+BLIND = load_questions(EVAL_DIR / "questions_blind.jsonl")
 
 
 def test_question_set_shape() -> None:
@@ -34,11 +36,25 @@ def test_question_set_shape() -> None:
     assert not any(re.search(r"[\u4e00-\u9fff]", q.text) for q in en)
 
 
-def test_questions_are_not_copied_from_the_seed_guides() -> None:
+def test_blind_question_set_shape() -> None:
+    zh = [q for q in BLIND if q.language == "zh"]
+    pure = [q for q in zh if not re.search(r"[A-Za-z]", q.text)]
+    en = [q for q in BLIND if q.language == "en"]
+    assert len(BLIND) >= 60 and len(zh) >= 30 and len(pure) >= 20 and len(en) >= 30
+    assert len({q.id for q in BLIND}) == len(BLIND) and {q.split for q in BLIND} == {"blind"}
+    assert not {q.text for q in BLIND} & {q.text for q in QUESTIONS}  # new questions, not the tuned set's
+    ids = set(load_kb().by_id())
+    assert all(q.expected and set(q.expected) <= ids for q in BLIND)
+    assert all(re.search(r"[\u4e00-\u9fff]", q.text) for q in zh)
+    assert not any(re.search(r"[\u4e00-\u9fff]", q.text) for q in en)
+
+
+@pytest.mark.parametrize("questions", [QUESTIONS, BLIND], ids=["questions", "blind"])
+def test_questions_are_not_copied_from_the_seed_guides(questions) -> None:
     guides = "".join(p.read_text(encoding="utf-8") for p in sorted(SEEDS.glob("*.txt"))) if SEEDS.is_dir() else ""
     if not guides:  # a provenance check on data, not a component the product needs: skipping hides no failure
         pytest.skip("seed guides not present on this machine")
-    copied = [q.id for q in QUESTIONS if q.language == "zh" and q.text.rstrip("？?") in guides]
+    copied = [q.id for q in questions if q.language == "zh" and q.text.rstrip("？?") in guides]
     assert copied == []
 
 
@@ -54,3 +70,34 @@ def test_question_floors_on_the_held_out_half(report: dict[str, dict]) -> None:
     assert report["all"]["top3"] >= 0.95, report["all"]
     assert report["all"]["confident_wrong"] == 0, report["all"]
     print(json.dumps(report, indent=1))
+
+
+def test_question_floors_on_the_blind_set(doctor) -> None:
+    """Floors just under the one scoring run of the blind set (README "Languages"): zh-pure 27/31, en 33/36,
+    top-3 74/76, one confident wrong answer (the issue's target is 0; this set shows it is not met)."""
+    rows = {s.group: s.row() for s in score_questions(doctor, BLIND) if s.split == "blind"}
+    assert rows["zh-pure"]["top1"] >= 0.85, rows["zh-pure"]
+    assert rows["en"]["top1"] >= 0.90, rows["en"]
+    assert rows["all"]["top3"] >= 0.96, rows["all"]
+    assert rows["all"]["confident_wrong"] <= 1, rows["all"]
+
+
+def test_eval_prints_the_blind_set_as_its_own_rows(doctor, tmp_path, capsys) -> None:
+    """`vllm-doctor eval LABELLED`: questions_blind.jsonl beside it is scored apart from questions.jsonl."""
+    from types import SimpleNamespace
+
+    from bot.evaluate import _score_question_set
+
+    lines = (EVAL_DIR / "questions.jsonl").read_text(encoding="utf-8").splitlines()
+    blind = (EVAL_DIR / "questions_blind.jsonl").read_text(encoding="utf-8").splitlines()
+    (tmp_path / "questions.jsonl").write_text("\n".join(lines[:2]) + "\n", encoding="utf-8")
+    (tmp_path / "questions_blind.jsonl").write_text("\n".join(blind[:3]) + "\n", encoding="utf-8")
+    args = SimpleNamespace(no_questions=False, questions=None, json=True, errors=False)
+    _score_question_set(args, tmp_path / "dev.jsonl", doctor)
+    rows = json.loads(capsys.readouterr().out)
+    blind_rows = {r["group"]: r for r in rows if r["split"] == "blind"}
+    assert blind_rows["all"]["n"] == 3 and blind_rows["zh"]["n"] == 3
+    assert {r["n"] for r in rows if r["group"] == "all" and r["split"] == "all"} == {2}  # not mixed in
+    args.json = False
+    _score_question_set(args, tmp_path / "dev.jsonl", doctor)
+    assert "| all | blind | 3 |" in capsys.readouterr().out

@@ -99,3 +99,27 @@ def test_the_doctors_own_env_defaults_do_not_leak_into_local_probes(tmp_path):
     out = subprocess.run([sys.executable, "-m", "bot.cli", "diagnose", "--local", "--json", "--check", "env.hf_access"],
                          cwd=REPO, env={**env, "HF_HUB_OFFLINE": "1"}, capture_output=True, text=True, timeout=120)
     assert json.loads(out.stdout)["hosts"][0]["checks"][0]["cases"] == ["hf-offline-no-cache"]
+
+
+def test_cli_report_in_the_chosen_language(tmp_path):
+    """`diagnose --lang zh`: headings and the summary in Chinese (check ids and findings stay as they are);
+    `--json` names the language; without --lang the report is English."""
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(tmp_path), "VLLM_DOCTOR_AUDIT_DB": str(tmp_path / "a.db"),
+           "VLLM_DOCTOR_LOCAL_PYTHON": sys.executable, "COLUMNS": "200"}
+
+    def diagnose(*extra: str) -> subprocess.CompletedProcess:
+        out = subprocess.run([sys.executable, "-m", "bot.cli", "diagnose", "--local", "--check", "system.os", *extra],
+                             cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+        assert out.returncode in (0, 1), out.stderr
+        return out
+
+    zh = diagnose("--lang", "zh").stdout
+    assert "检查项" in zh and "知识库案例" in zh and "1 台主机" in zh and "system.os" in zh, zh
+    assert "host(s)" not in zh and "KB cases" not in zh
+    en = diagnose().stdout
+    assert "KB cases" in en and "1 host(s)" in en and "台主机" not in en, en
+    assert json.loads(diagnose("--json", "--lang", "zh").stdout)["language"] == "zh"
+    assert json.loads(diagnose("--json").stdout)["language"] == "en"
+    bad = subprocess.run([sys.executable, "-m", "bot.cli", "diagnose", "--local", "--lang", "fr"],
+                         cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "invalid choice: 'fr'" in bad.stderr

@@ -18,6 +18,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from bot.i18n import Language, t
+
 if TYPE_CHECKING:
     from bot.runner.fleet_view import FleetView
     from bot.runner.report import DiagnosisReport as FleetReportLike
@@ -29,6 +31,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                         help="inventory YAML (own or Ansible format); default: VLLM_DOCTOR_INVENTORY")
     parser.add_argument("--local", action="store_true", help="check this machine instead of SSH hosts")
     parser.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
+    parser.add_argument("--lang", choices=["en", "zh"],
+                        help="language of the report's headings (default: VLLM_DOCTOR_LANGUAGE, else English)")
     parser.add_argument("--check", action="append", metavar="ID", dest="checks",
                         help="run only this check id or area (repeatable), e.g. --check gpu --check server.metrics")
     parser.add_argument("--tier", type=int, choices=(0, 1, 2), default=0,
@@ -93,25 +97,36 @@ def run(args: argparse.Namespace, settings) -> int:
 
     view = fleet_view(report, settings, save_baseline=args.save_baseline,
                       saved_by=None if args.local else "cli")
+    lang = _language(args, settings)
     if args.json:
         data = json.loads(report.to_json())
         data["fleet_diff"] = [d.sentence() for d in view.differences]  # added keys; the others unchanged
         data["drift"] = [d.sentence() for d in view.drift]
+        data["language"] = lang
         print(json.dumps(data, indent=2, ensure_ascii=False))
     else:
-        _print_fleet_view(view)
-        _print_text(report)
+        _print_fleet_view(view, lang)
+        _print_text(report, lang)
     _draw(report, args, settings)
     return 0 if report.verdict in ("ok", "warn", "skipped") else 1
 
 
-def _print_fleet_view(view: FleetView) -> None:
+def _language(args: argparse.Namespace, settings: Any) -> Language:
+    """--lang, else a forced VLLM_DOCTOR_LANGUAGE; a host report has no asker's text to go by, so English."""
+    for choice in (getattr(args, "lang", None), getattr(settings, "llm_language", None)):
+        if choice in ("en", "zh"):
+            return choice  # type: ignore[return-value]
+    return "en"
+
+
+def _print_fleet_view(view: FleetView, lang: Language = "en") -> None:
+    # the sentences themselves come from bot/runner/fleet_view.py and stay English; the labels follow --lang
     for d in view.drift:  # drift first: it names what changed since the group last worked
-        print(f"drift: {d.sentence()}")
+        print(f"{t('host.drift', lang)}: {d.sentence()}")
     for d in view.differences:
-        print(f"differs: {d.sentence()}")
+        print(f"{t('host.differs', lang)}: {d.sentence()}")
     if view.baseline_saved:
-        print("baseline saved: later runs of this target report drift from it")
+        print(t("host.baseline_saved", lang))
 
 
 def _draw(report: FleetReportLike, args: argparse.Namespace, settings: object) -> None:
@@ -196,7 +211,7 @@ def _list_checks(settings) -> int:
     return 0
 
 
-def _print_text(report) -> None:
+def _print_text(report, lang: Language = "en") -> None:
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
@@ -210,9 +225,9 @@ def _print_text(report) -> None:
             continue
         table = Table(title=f"{host.host} ({host.duration_s:.1f} s)", title_justify="left", show_lines=False)
         table.add_column("", no_wrap=True)
-        table.add_column("check", no_wrap=True)
-        table.add_column("finding")
-        table.add_column("KB cases")
+        table.add_column(t("host.col.check", lang), no_wrap=True)
+        table.add_column(t("host.col.finding", lang))  # the findings are the checks' own (English) messages
+        table.add_column(t("host.col.cases", lang))
         for c in host.checks:
             table.add_row(VERDICT_ICON.get(c.verdict, c.verdict), c.id, escape(c.message), ", ".join(c.cases))
         console.print(table)
@@ -221,6 +236,9 @@ def _print_text(report) -> None:
         for c in host.checks:
             counts[c.verdict] = counts.get(c.verdict, 0) + 1
     unreachable = sum(1 for h in report.hosts if h.error)
-    summary = ", ".join(f"{n} {v}" for v, n in sorted(counts.items()))
-    extra = f", {unreachable} host(s) not checked" if unreachable else ""
-    console.print(f"{len(report.hosts)} host(s), {summary}{extra} in {report.duration_s:.1f} s")
+    sep = "，" if lang == "zh" else ", "
+    summary = sep.join(t("host.count", lang, n=n, verdict=t(f"host.verdict.{v}", lang) if v in VERDICT_ICON else v)
+                       for v, n in sorted(counts.items()))
+    extra = t("host.not_checked", lang, n=unreachable) if unreachable else ""
+    console.print(t("host.summary", lang, hosts=len(report.hosts), summary=summary, extra=extra,
+                    secs=report.duration_s))

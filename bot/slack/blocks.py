@@ -355,41 +355,22 @@ def input_error(message: str) -> Message:
     return notice(message, ":warning:")
 
 
-def internal_error(ref: str) -> Message:
-    return notice(
-        f"Sorry, something went wrong on my side while diagnosing this (ref {ref}). "
-        "The log was not lost: try again, and tell the bot's admins the ref if it keeps happening.",
-        ":rotating_light:",
-    )
+def internal_error(ref: str, lang: Language = "en") -> Message:
+    return notice(t("slack.internal_error", lang, ref=ref), ":rotating_light:")
 
 
-HELP_TEXT = """*vLLM Doctor* reads vLLM error logs and tells you the likely cause and the fix, from the team's knowledge base (and the team's LLM when configured).
-
-*Ask about a log*
-• Paste a log in a DM to me, or mention me with it: `@vLLM Doctor <log>` (works in threads too)
-• Mention me with nothing else in the thread of a pasted log to diagnose that log
-• `/vllm-explain <log>` in any channel I am in
-• Upload the log as a file or snippet in a DM or with a mention (text files up to {max_mb} MB)
-• On any message: *⋮ More actions → Diagnose this message*
-{watch}
-*Check a GPU host*
-• `/vllm-diagnose <host or group> [check …]` or `/vllm-diagnose <host> tier <N>`
-• `@vLLM Doctor diagnose <host>` inside a thread
-{runner}
-*On every answer*
-• *Fixed it* / *Didn't help* tell the team whether the KB case worked
-• *Run diagnostics on a host* and *Add as a KB case*
-"""
+HELP_TEXT = t("slack.help.body", "en")  # the text lives in bot/i18n.py (both languages)
 
 
-def help_message(*, max_bytes: int, watch_channels: Sequence[str], runner_enabled: bool) -> Message:
+def help_message(*, max_bytes: int, watch_channels: Sequence[str], runner_enabled: bool,
+                 lang: Language = "en") -> Message:
     watch = ""
     if watch_channels:
         links = ", ".join(channel_link(c) for c in watch_channels[:10])
-        watch = f"• I also answer error logs posted in {links}\n"
-    runner = "" if runner_enabled else "_Host diagnostics are not configured on this bot yet._\n"
-    text = HELP_TEXT.format(max_mb=max(1, max_bytes // (1024 * 1024)), watch=watch, runner=runner)
-    return Message(text="How to use vLLM Doctor", blocks=[_section(text.strip(), "help")])
+        watch = t("slack.help.watch", lang, links=links)
+    runner = "" if runner_enabled else t("slack.help.runner_off", lang)
+    text = t("slack.help.body", lang, max_mb=max(1, max_bytes // (1024 * 1024)), watch=watch, runner=runner)
+    return Message(text=t("slack.help.title", lang), blocks=[_section(text.strip(), "help")])
 
 
 def home_view(
@@ -413,7 +394,8 @@ def home_view(
         f":desktop_computer: {t('slack.home.runner_on' if runner_enabled else 'slack.home.runner_off', lang)}",
     ]
     blocks.append(_context(stats, "stats"))
-    blocks.extend(help_message(max_bytes=max_bytes, watch_channels=watch_channels, runner_enabled=runner_enabled).blocks)
+    blocks.extend(help_message(max_bytes=max_bytes, watch_channels=watch_channels, runner_enabled=runner_enabled,
+                               lang=lang).blocks)
     blocks.append(_context([escape(t("slack.home.ask", lang))], "ask"))
     blocks.append({"type": "divider"})
     blocks.append(_section(f"*{t('slack.home.recent', lang)}*", "recent_head"))
@@ -425,20 +407,22 @@ def home_view(
         else:
             what = t("slack.home.no_match", lang)
         feedback = record.feedback.get(user_id)
-        mark = {"fixed": " · :white_check_mark: fixed", "not_helpful": " · :x: didn't help"}.get(feedback or "", "")
-        ago = _ago(now - record.created)
-        blocks.append(_context([f"{ago} in {channel_link(record.channel_id)}: {escape(record.verdict)} · {what}{mark}"]))
+        mark = t(f"slack.home.mark_{feedback}", lang) if feedback in ("fixed", "not_helpful") else ""
+        verdict = t(f"verdict.word.{record.verdict}", lang) if record.verdict in ("match", "uncertain", "unknown") \
+            else escape(record.verdict)
+        blocks.append(_context([t("slack.home.line", lang, ago=_ago(now - record.created, lang),
+                                  channel=channel_link(record.channel_id), verdict=verdict, what=what, mark=mark)]))
     return {"type": "home", "blocks": blocks[:VIEW_BLOCKS_MAX]}
 
 
-def _ago(seconds: float) -> str:
+def _ago(seconds: float, lang: Language = "en") -> str:
     if seconds < 90:
-        return "just now"
+        return t("slack.ago.now", lang)
     if seconds < 3600 * 1.5:
-        return f"{round(seconds / 60)} min ago"
+        return t("slack.ago.min", lang, n=round(seconds / 60))
     if seconds < 86400 * 1.5:
-        return f"{round(seconds / 3600)} h ago"
-    return f"{round(seconds / 86400)} days ago"
+        return t("slack.ago.h", lang, n=round(seconds / 3600))
+    return t("slack.ago.days", lang, n=round(seconds / 86400))
 
 
 def host_picker_view(*, private_metadata: str, hosts_hint: str = "", lang: Language = "en") -> dict[str, Any]:
@@ -482,14 +466,14 @@ _HOST_FIELDS_PER_SECTION = 10
 
 
 def host_progress(target: str, hosts: Sequence[str], latest: str | None, lang: Language = "en") -> Message:
-    shown = ", ".join(hosts[:8]) + (f" and {len(hosts) - 8} more" if len(hosts) > 8 else "")
+    shown = ", ".join(hosts[:8]) + (t("slack.host.and_more", lang, n=len(hosts) - 8) if len(hosts) > 8 else "")
     text = f":hourglass_flowing_sand: {t('slack.host.running', lang, target=escape_limited(target, 100)[0])}"
     if len(hosts) > 1:
-        text += f" ({len(hosts)} hosts: {escape_limited(shown, 600)[0]})"
+        text += t("slack.host.running_many", lang, n=len(hosts), shown=escape_limited(shown, 600)[0])
     blocks_: list[dict[str, Any]] = [_section(text, "host_progress")]
     if latest:
         blocks_.append(_context([escape_limited(latest, 300)[0]], "host_latest"))
-    return Message(text=f"Running checks on {escape_limited(target, 100)[0]}…", blocks=blocks_)
+    return Message(text=t("slack.host.running_fallback", lang, target=escape_limited(target, 100)[0]), blocks=blocks_)
 
 
 def host_report(report: Any, *, kb_titles: dict[str, str], asker: str | None = None, lang: Language = "en",
@@ -526,13 +510,13 @@ def host_report(report: Any, *, kb_titles: dict[str, str], asker: str | None = N
                 body = f"{_VERDICT_EMOJI['error']} *{name}*\n{escape_limited(host.error, 300)[0]}"
             else:
                 areas = " · ".join(f"{escape(a)} {_VERDICT_EMOJI.get(v, v)}" for a, v in sorted(host.by_area().items()))
-                body = f"{_VERDICT_EMOJI.get(host.verdict, '')} *{name}*\n{areas or 'no checks ran'}"
+                body = f"{_VERDICT_EMOJI.get(host.verdict, '')} *{name}*\n{areas or t('slack.host.no_checks', lang)}"
             fields.append({"type": "mrkdwn", "text": plain_limited(body, 2000)})
         max_sections = 30  # leaves room for the findings and buttons within 50 blocks
         for i in range(0, len(fields), _HOST_FIELDS_PER_SECTION):
             if i // _HOST_FIELDS_PER_SECTION >= max_sections:
                 cut = True
-                out.append(_context([f"{len(fields) - i} more hosts in the file below"]))
+                out.append(_context([t("slack.host.more_hosts", lang, n=len(fields) - i)]))
                 break
             out.append({"type": "section", "fields": fields[i : i + _HOST_FIELDS_PER_SECTION]})
     else:
@@ -558,5 +542,6 @@ def host_report(report: Any, *, kb_titles: dict[str, str], asker: str | None = N
         body, _ = _bounded_join([f"*{t('slack.host.cases', lang)}*", *items], SECTION_TEXT_MAX, "…")
         out.append(_section(body, "cases"))
     out.append(_context([t("slack.host.raw", lang)], "raw_note"))
-    fallback = f"{report.target}: {'no problems found' if problems == 0 else f'{problems} problems found'}"
+    found = t("slack.host.none", lang) if problems == 0 else t("slack.host.problems", lang, n=problems)
+    fallback = f"{report.target}: {found}"
     return Message(text=plain_limited(escape(fallback), FALLBACK_TEXT_MAX), blocks=out[:MESSAGE_BLOCKS_MAX], cut=cut)

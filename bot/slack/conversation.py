@@ -15,6 +15,7 @@ from typing import Any
 from slack_sdk.errors import SlackApiError
 
 from bot import errors
+from bot.i18n import Language, t
 from bot.models import Diagnosis
 from bot.ops import metrics
 from bot.paste import Paste, decode_input
@@ -109,7 +110,7 @@ def diagnose_and_answer(deps: SlackDeps, client: Any, request: LogRequest) -> st
     except Exception:
         ref = secrets.token_hex(4)
         log.exception("diagnosis failed (ref %s) channel=%s thread=%s", ref, where.channel, where.thread_ts)
-        post.final(blocks.internal_error(ref))
+        post.final(blocks.internal_error(ref, answer_language(locale, question_language(paste.text))))
         return None
 
     metrics.VERDICTS.labels(verdict=diagnosis.verdict).inc()
@@ -153,15 +154,15 @@ def diagnose_and_answer(deps: SlackDeps, client: Any, request: LogRequest) -> st
         except Exception:  # noqa: BLE001 - bookkeeping must not cost the user the answer
             log.exception("could not note answer %s in the KB store", answer_id)
     if first.cut:
-        post.file(f"distilled-{answer_id}.log", _distilled_file(diagnosis), "Full distilled log")
+        post.file(f"distilled-{answer_id}.log", _distilled_file(diagnosis), t("slack.file.distilled", lang))
 
     if explain:
         _stream_explanation(deps, diagnosis, build, post, list(host.facts) if host else None, lang)
-    _attach_files(deps, diagnosis, post, answer_id)
+    _attach_files(deps, diagnosis, post, answer_id, lang)
     return answer_id
 
 
-def _attach_files(deps: SlackDeps, diagnosis: Diagnosis, post: _Poster, answer_id: str) -> None:
+def _attach_files(deps: SlackDeps, diagnosis: Diagnosis, post: _Poster, answer_id: str, lang: Language = "en") -> None:
     """After the text answer (and the LLM's) is posted: the memory picture and, for a log the KB could not
     explain, a bug-report draft. Best effort: a failure here costs the file, never the answer."""
     from bot.slack import attachments
@@ -173,14 +174,13 @@ def _attach_files(deps: SlackDeps, diagnosis: Diagnosis, post: _Poster, answer_i
             post.file(f"gpu-memory-{answer_id}.png", png, title)
         if attachments.wants_draft(diagnosis):
             text = attachments.draft_text(diagnosis, attachments.feedback_of(deps.kb_growth, diagnosis))
-            post.file(f"vllm-issue-draft-{answer_id}.md", text,
-                      "Draft of a vLLM bug report (nothing was sent; review before posting)")
+            post.file(f"vllm-issue-draft-{answer_id}.md", text, t("draft.posted", lang))
     except Exception:  # noqa: BLE001 - see docstring
         log.exception("could not attach files to answer %s", answer_id)
 
 
 def _stream_explanation(deps: SlackDeps, diagnosis: Diagnosis, build: Callable[..., Message], post: _Poster,
-                        host_facts: list[str] | None, lang: str) -> None:
+                        host_facts: list[str] | None, lang: Language) -> None:
     streamed = ""
     explanation: Any = None
     try:
@@ -198,7 +198,7 @@ def _stream_explanation(deps: SlackDeps, diagnosis: Diagnosis, build: Callable[.
         body = "\n\n".join(
             p for p in (getattr(explanation, "summary", ""), getattr(explanation, "why", "")) if p
         )
-        post.file("explanation.md", body, "Full explanation")
+        post.file("explanation.md", body, t("slack.file.explanation", lang))
 
 
 def _outcome(deps: SlackDeps, case_id: str) -> str | None:

@@ -22,7 +22,7 @@ from typing import Any
 from slack_sdk.errors import SlackApiError
 
 from bot.errors import DoctorError, UserInputError
-from bot.i18n import case_title
+from bot.i18n import Language, case_title, t
 from bot.slack import blocks
 from bot.slack.conversation import Where, tell_user
 from bot.slack.thread_facts import ThreadHostFacts
@@ -30,11 +30,7 @@ from bot.slack.usergroups import UserGroupDirectory, rule_groups
 
 log = logging.getLogger(__name__)
 
-NOT_CONFIGURED = (
-    "Host diagnostics are not configured on this bot yet. Once an admin sets up the host inventory and SSH "
-    "access (VLLM_DOCTOR_INVENTORY, see docs/slack.md), this runs the read-only check catalogue on the host "
-    "and posts the results here."
-)
+NOT_CONFIGURED = t("slack.host.not_configured", "en")  # both languages in bot/i18n.py
 MAX_TIER = 2
 
 
@@ -78,7 +74,7 @@ class HostDiagnostics:
         wanted = rule_groups(self.settings.runner_access, channel)
         return self.usergroups.groups_of(client, user, wanted) if wanted else set()
 
-    def picker_hint(self, client: Any, user: str | None, channel: str | None) -> str:
+    def picker_hint(self, client: Any, user: str | None, channel: str | None, lang: Language = "en") -> str:
         """The names this user may diagnose here; an unauthorised user sees no inventory name at all."""
         from bot.runner.access import visible_names
 
@@ -87,7 +83,7 @@ class HostDiagnostics:
         except DoctorError:
             return ""
         shown = ", ".join(names[:12]) + (" …" if len(names) > 12 else "")
-        return f"Hosts and groups you may diagnose here: {shown}" if shown else ""
+        return t("slack.host.you_may", lang, shown=shown) if shown else ""
 
     def check_target(self, client: Any, user: str | None, channel: str | None, target: str) -> str | None:
         """A one-line problem with the target (shown on the modal field), or None. Says the same for a name
@@ -133,7 +129,7 @@ class HostDiagnostics:
         if self.fleet is not None and ts:  # replicas: one job per host in the shared queue
             self._enqueue(where, channel, ts, target, hosts, checks, tier)
             return
-        ticker = _ProgressTicker(client, channel, ts, target, names, deps.settings.slack_update_interval_s)
+        ticker = _ProgressTicker(client, channel, ts, target, names, deps.settings.slack_update_interval_s, lang)
         if ts:
             ticker.start()
         try:
@@ -150,7 +146,7 @@ class HostDiagnostics:
             ticker.stop()
             ref = secrets.token_hex(4)
             log.exception("host diagnosis of %s failed (ref %s)", target, ref)
-            self._finish(client, where, channel, ts, blocks.internal_error(ref))
+            self._finish(client, where, channel, ts, blocks.internal_error(ref, lang))
             return
         ticker.stop()
         titles = {}
@@ -170,7 +166,7 @@ class HostDiagnostics:
         if thread_ts and ts:
             try:
                 client.files_upload_v2(channel=channel, thread_ts=thread_ts, filename=f"diagnose-{target}.txt",
-                                       title=f"Raw check outputs: {target}", content=report.raw_text())
+                                       title=t("slack.host.raw_title", lang, target=target), content=report.raw_text())
             except SlackApiError as exc:
                 log.warning("raw output upload failed: %s", exc.response.get("error"))
             for filename, png, title in pictures:
@@ -206,8 +202,9 @@ class _ProgressTicker:
     """The runner reports progress from its event loop; Slack is edited from this thread instead, at most
     once per interval, so a slow chat.update never stalls the SSH sessions."""
 
-    def __init__(self, client: Any, channel: str, ts: str | None, target: str, hosts: list[str], interval_s: float):
-        self._client, self._channel, self._ts = client, channel, ts
+    def __init__(self, client: Any, channel: str, ts: str | None, target: str, hosts: list[str], interval_s: float,
+                 lang: Language = "en"):
+        self._client, self._channel, self._ts, self._lang = client, channel, ts, lang
         self._target, self._hosts = target, hosts
         self._interval = max(0.2, interval_s)
         self._latest: str | None = None
@@ -233,7 +230,7 @@ class _ProgressTicker:
                 continue
             self._shown = latest
             try:
-                message = blocks.host_progress(self._target, self._hosts, latest)
+                message = blocks.host_progress(self._target, self._hosts, latest, self._lang)
                 self._client.chat_update(channel=self._channel, ts=self._ts, **message.as_kwargs())
             except Exception as exc:  # noqa: BLE001 - progress is best effort
                 log.warning("progress update failed: %s", exc)
@@ -241,6 +238,7 @@ class _ProgressTicker:
 
 def start_host_diagnosis(deps: Any, client: Any, where: Where, target: str, args: list[str]) -> None:
     if deps.hosts is None:
-        tell_user(client, where, blocks.notice(NOT_CONFIGURED, ":desktop_computer:"))
+        lang = deps.locales.language_of(client, where.user) or "en"
+        tell_user(client, where, blocks.notice(t("slack.host.not_configured", lang), ":desktop_computer:"))
         return
     deps.hosts.start(deps, client, where, target, args)

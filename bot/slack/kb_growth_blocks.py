@@ -12,6 +12,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from bot.i18n import Language, t
 from bot.kbstore.dedup import Similar
 from bot.kbstore.form import SEVERITIES, CaseForm
 from bot.slack.blocks import Message
@@ -28,42 +29,22 @@ INPUT_ACTION = "value"  # action_id of every input element: state.values[block_i
 CHOICE_NEW = "new"
 CHOICE_EXAMPLE_PREFIX = "example:"
 
-MODAL_TITLE = "Add to vLLM KB"
+MODAL_TITLE = t("kbform.modal_title", "en")
 # Only a well-formed Slack message link goes into a <url|label> link (anything else could break out of it).
 _PERMALINK_RE = re.compile(r"^https://[A-Za-z0-9.-]+/archives/[A-Z0-9]+/p\d+(?:\?[A-Za-z0-9_=&.-]*)?$")
 INPUT_MAX = 3000
 SECTION_MAX = 3000
 OPTION_TEXT_MAX = 75
 
-_FORM_FIELDS: list[tuple[str, str, bool, int, str]] = [
-    # block_id, label, multiline, max_length, hint
-    ("title", "Title", False, 140, "What failed, in a few words a teammate would search for."),
-    ("title_zh", "Title in Chinese (中文标题)", False, 80, "The KB answers in both languages."),
-    ("cause", "Cause", True, 3000, "Two to five sentences in your own words: what happened and why."),
-    (
-        "fix",
-        "Fix steps",
-        True,
-        3000,
-        "One step per line. A line starting with $ is the command for the step above it.",
-    ),
-    (
-        "signatures",
-        "Signatures (one regex per line)",
-        True,
-        3000,
-        "Fingerprints of this failure, matched on each cleaned log line. Suggested from the root error lines: "
-        "numbers, paths and hex generalised, checked to hit this log and never a healthy start-up.",
-    ),
-    (
-        "examples",
-        "Example logs",
-        True,
-        3000,
-        "At least two. Each starts with the URL where it was posted, then the log lines; separate them with a "
-        "line ---. The first is this message (secrets redacted).",
-    ),
-    ("references", "References (optional)", True, 3000, "More URLs, one per line: issues, docs, PRs."),
+_FORM_FIELDS: list[tuple[str, bool, int]] = [
+    # block_id, multiline, max_length; label and hint: kbform.field.<id> / kbform.hint.<id> in bot/i18n.py
+    ("title", False, 140),
+    ("title_zh", False, 80),
+    ("cause", True, 3000),
+    ("fix", True, 3000),
+    ("signatures", True, 3000),
+    ("examples", True, 3000),
+    ("references", True, 3000),
 ]
 
 
@@ -90,17 +71,18 @@ def _option(text: str, value: str, description: str | None = None) -> dict[str, 
 
 
 def _modal(callback_id: str, blocks: list[dict[str, Any]], private_metadata: str = "", submit: str | None = None,
-           close: str = "Cancel") -> dict[str, Any]:
+           close: str = "kbform.cancel", lang: Language = "en") -> dict[str, Any]:
+    """`submit` and `close` are bot/i18n.py keys."""
     view: dict[str, Any] = {
         "type": "modal",
         "callback_id": callback_id,
-        "title": _plain(MODAL_TITLE, 24),
-        "close": _plain(close, 24),
+        "title": _plain(t("kbform.modal_title", lang), 24),
+        "close": _plain(t(close, lang), 24),
         "private_metadata": private_metadata[:3000],
         "blocks": blocks[:100],
     }
     if submit:
-        view["submit"] = _plain(submit, 24)
+        view["submit"] = _plain(t(submit, lang), 24)
     return view
 
 
@@ -108,22 +90,24 @@ def _percent(value: float) -> str:
     return f"{round(max(0.0, min(1.0, value)) * 100)}%"
 
 
-def similar_line(s: Similar) -> str:
-    extra = " · its signature matches your log" if s.signature_hit else ""
-    overlap = " · your signature matches its examples" if s.overlap else ""
-    return f"• {escape_limited(s.title, 200)[0]} ({inline_code(s.case_id, 100)}, {_percent(s.similarity)} similar{extra}{overlap})"
+def similar_line(s: Similar, lang: Language = "en") -> str:
+    extra = t("kbform.sig_hits", lang) if s.signature_hit else ""
+    overlap = t("kbform.overlap", lang) if s.overlap else ""
+    similar = t("kbform.similar", lang, pct=_percent(s.similarity))
+    return f"• {escape_limited(s.title, 200)[0]} ({inline_code(s.case_id, 100)}, {similar}{extra}{overlap})"
 
 
 # --- the form --------------------------------------------------------------------------------------------
 
 
-def loading_view(text: str = "Reading the message and its thread…") -> dict[str, Any]:
-    return _modal(VIEW_CASE_FORM, [_section(f":hourglass_flowing_sand: {escape(text)}")], close="Close")
+def loading_view(lang: Language = "en") -> dict[str, Any]:
+    text = t("kbform.loading", lang)
+    return _modal(VIEW_CASE_FORM, [_section(f":hourglass_flowing_sand: {escape(text)}")], close="kbform.close", lang=lang)
 
 
-def notice_view(text: str, emoji: str = ":warning:") -> dict[str, Any]:
+def notice_view(text: str, emoji: str = ":warning:", lang: Language = "en") -> dict[str, Any]:
     body, _ = escape_limited(text, SECTION_MAX - 20)
-    return _modal(VIEW_CASE_FORM, [_section(f"{emoji} {body}")], close="Close")
+    return _modal(VIEW_CASE_FORM, [_section(f"{emoji} {body}")], close="kbform.close", lang=lang)
 
 
 def _text_input(block_id: str, label: str, multiline: bool, max_length: int, hint: str, value: str,
@@ -154,28 +138,25 @@ def _select(block_id: str, label: str, choices: Sequence[str], selected: str | N
     return {"type": "input", "block_id": block_id, "label": _plain(label), "element": element}
 
 
-def case_form_view(submission_id: str, form: CaseForm, nearest: Sequence[Similar] = (), source_note: str = "") -> dict[str, Any]:
+def case_form_view(submission_id: str, form: CaseForm, nearest: Sequence[Similar] = (), source_note: str = "",
+                   lang: Language = "en") -> dict[str, Any]:
     blocks: list[dict[str, Any]] = []
-    intro = (
-        "Describe the failure in this log so the next person gets an answer straight away. "
-        "A KB reviewer approves it before it goes live."
-    )
-    blocks.append(_section(escape(intro), "intro"))
+    blocks.append(_section(escape(t("kbform.intro", lang)), "intro"))
     if source_note:
         blocks.append(_context(escape_limited(source_note, 2000)[0]))
     if nearest:
-        lines = ["*Nearest known cases for this log:*", *(similar_line(s) for s in nearest[:3])]
+        lines = [f"*{t('kbform.nearest', lang)}*", *(similar_line(s, lang) for s in nearest[:3])]
         blocks.append(_section("\n".join(lines)[:SECTION_MAX], "nearest"))
     values = form.as_dict()
-    for block_id, label, multiline, max_length, hint in _FORM_FIELDS[:2]:
-        blocks.append(_text_input(block_id, label, multiline, max_length, hint, values[block_id], False))
-    blocks.append(_select("area", "Area", list(AREAS), form.area or None))
-    blocks.append(_select("severity", "Severity", list(SEVERITIES), form.severity or "medium"))
-    for block_id, label, multiline, max_length, hint in _FORM_FIELDS[2:]:
-        blocks.append(
-            _text_input(block_id, label, multiline, max_length, hint, values[block_id], block_id == "references")
-        )
-    return _modal(VIEW_CASE_FORM, blocks, private_metadata=submission_id, submit="Check and send")
+    def field(block_id: str, multiline: bool, max_length: int) -> dict[str, Any]:
+        return _text_input(block_id, t(f"kbform.field.{block_id}", lang), multiline, max_length,
+                           t(f"kbform.hint.{block_id}", lang), values[block_id], block_id == "references")
+
+    blocks.extend(field(*spec) for spec in _FORM_FIELDS[:2])
+    blocks.append(_select("area", t("kbform.field.area", lang), list(AREAS), form.area or None))
+    blocks.append(_select("severity", t("kbform.field.severity", lang), list(SEVERITIES), form.severity or "medium"))
+    blocks.extend(field(*spec) for spec in _FORM_FIELDS[2:])
+    return _modal(VIEW_CASE_FORM, blocks, private_metadata=submission_id, submit="kbform.submit", lang=lang)
 
 
 def form_from_state(values: dict[str, Any]) -> CaseForm:
@@ -191,41 +172,43 @@ def form_from_state(values: dict[str, Any]) -> CaseForm:
                        ("title", "title_zh", "area", "severity", "cause", "fix", "signatures", "examples", "references")})
 
 
-def checking_view(submission_id: str) -> dict[str, Any]:
+def checking_view(submission_id: str, lang: Language = "en") -> dict[str, Any]:
     return _modal(
         VIEW_DUPLICATE,
-        [_section(":mag: Checking the knowledge base for cases like this one…")],
+        [_section(f":mag: {t('kbform.checking', lang)}")],
         private_metadata=submission_id,
-        close="Close",
+        close="kbform.close",
+        lang=lang,
     )
 
 
-def duplicate_view(submission_id: str, title: str, duplicates: Sequence[Similar], warnings: Sequence[str] = ()) -> dict[str, Any]:
+def duplicate_view(submission_id: str, title: str, duplicates: Sequence[Similar], warnings: Sequence[str] = (),
+                   lang: Language = "en") -> dict[str, Any]:
     blocks: list[dict[str, Any]] = [
         _section(
-            f":warning: *This may already be in the knowledge base.*\nYour case: *{escape_limited(title, 300)[0]}*\n"
-            + "\n".join(similar_line(s) for s in duplicates[:3]),
+            f":warning: *{t('kbform.dup_head', lang)}*\n{t('kbform.dup_yours', lang)}: *{escape_limited(title, 300)[0]}*\n"
+            + "\n".join(similar_line(s, lang) for s in duplicates[:3]),
             "duplicates",
         )
     ]
     for w in list(warnings)[:3]:
         blocks.append(_context(":triangular_flag_on_post: " + escape_limited(w, 500)[0]))
     options = [
-        _option(f"Add my log as an example of: {s.title}", CHOICE_EXAMPLE_PREFIX + s.case_id,
-                f"case {s.case_id} · {_percent(s.similarity)} similar")
+        _option(t("kbform.dup_example", lang, title=s.title), CHOICE_EXAMPLE_PREFIX + s.case_id,
+                t("kbform.dup_case", lang, case=s.case_id, pct=_percent(s.similarity)))
         for s in duplicates[:3]
     ]
-    options.append(_option("It is a new case: send it for review", CHOICE_NEW, "Reviewers see the similar cases too"))
+    options.append(_option(t("kbform.dup_new", lang), CHOICE_NEW, t("kbform.dup_new_hint", lang)))
     blocks.append(
         {
             "type": "input",
             "block_id": CHOICE_BLOCK,
-            "label": _plain("What should happen?"),
+            "label": _plain(t("kbform.dup_question", lang)),
             "element": {"type": "radio_buttons", "action_id": INPUT_ACTION, "options": options,
                         "initial_option": options[0]},
         }
     )
-    return _modal(VIEW_DUPLICATE, blocks, private_metadata=submission_id, submit="Send for review")
+    return _modal(VIEW_DUPLICATE, blocks, private_metadata=submission_id, submit="kbform.send_review", lang=lang)
 
 
 def choice_from_state(values: dict[str, Any]) -> str:
@@ -234,20 +217,15 @@ def choice_from_state(values: dict[str, Any]) -> str:
     return value.removeprefix(CHOICE_EXAMPLE_PREFIX) if value.startswith(CHOICE_EXAMPLE_PREFIX) else CHOICE_NEW
 
 
-def submitted_view(*, kind: str, title: str, target_case: str | None, reviewers_configured: bool) -> dict[str, Any]:
+def submitted_view(*, kind: str, title: str, target_case: str | None, reviewers_configured: bool,
+                   lang: Language = "en") -> dict[str, Any]:
     what = (
-        f"your log as a new example of {inline_code(target_case or '', 100)}"
+        t("kbform.sent_example", lang, case=inline_code(target_case or "", 100))
         if kind == "example"
         else f"*{escape_limited(title, 300)[0]}*"
     )
-    if reviewers_configured:
-        text = f":white_check_mark: Sent {what} for review. You'll get a DM when a reviewer approves or rejects it."
-    else:
-        text = (
-            f":hourglass: Saved {what}, but no KB reviewers are configured yet (VLLM_DOCTOR_KB_REVIEWERS or "
-            "VLLM_DOCTOR_KB_REVIEWER_GROUP). An admin can approve it with `vllm-doctor kb review`."
-        )
-    return _modal(VIEW_DUPLICATE, [_section(text)], close="Done")
+    text = t("kbform.sent" if reviewers_configured else "kbform.saved_no_reviewers", lang, what=what)
+    return _modal(VIEW_DUPLICATE, [_section(text)], close="kbform.done", lang=lang)
 
 
 # --- review ----------------------------------------------------------------------------------------------
@@ -384,44 +362,46 @@ def ephemeral(text: str, emoji: str = ":information_source:") -> Message:
 # --- feedback and the App Home ------------------------------------------------------------------------------
 
 
-def feedback_thanks(*, value: str, case_id: str | None, outcome: str | None, changed_from: str | None) -> Message:
-    what = f"KB case {inline_code(case_id, 120)}" if case_id else "this answer"
+def feedback_thanks(*, value: str, case_id: str | None, outcome: str | None, changed_from: str | None,
+                    lang: Language = "en") -> Message:
+    what = t("kbform.thanks_what_case", lang, case=inline_code(case_id, 120)) if case_id \
+        else t("kbform.thanks_what_answer", lang)
     if value == "fixed":
-        text = f"Thanks! Noted that {what} fixed it."
+        text = t("kbform.thanks_fixed", lang, what=what)
         if outcome:
-            text += f" Outcome so far: {escape(outcome)} (one vote per person); it now ranks a little higher."
+            text += t("kbform.thanks_outcome", lang, outcome=escape(outcome))
     else:
-        text = (f"Thanks for telling me {what} did not help. This log is now on the list of candidates for new "
-                "cases; if you find the real cause, *Add as a KB case* turns it into an answer for the next person.")
+        text = t("kbform.thanks_not_helpful", lang, what=what)
     if changed_from and changed_from != value:
-        text += " (Your earlier rating of this answer was replaced.)"
+        text += t("kbform.thanks_replaced", lang)
     return ephemeral(text, ":pray:")
 
 
-def outcome_context(outcome: str | None) -> dict[str, Any] | None:
+def outcome_context(outcome: str | None, lang: Language = "en") -> dict[str, Any] | None:
     """A context block "KB case outcome: solved 9 of 10" for an answer (None without votes)."""
     if not outcome:
         return None
-    return _context(f":bar_chart: Outcome of this KB case so far: {escape(outcome)} (one vote per person)")
+    return _context(t("kbform.outcome", lang, outcome=escape(outcome)))
 
 
-def home_section(candidates: Sequence[Any], pending: int, limit: int = 8) -> list[dict[str, Any]]:
+def home_section(candidates: Sequence[Any], pending: int, limit: int = 8, lang: Language = "en") -> list[dict[str, Any]]:
     """App Home blocks: candidates for new cases (logs that got "unknown" or "Didn't help")."""
-    blocks: list[dict[str, Any]] = [{"type": "divider"}, _section("*Candidates for new KB cases*", "kb_candidates_head")]
+    blocks: list[dict[str, Any]] = [{"type": "divider"}, _section(t("kbhome.head", lang), "kb_candidates_head")]
     if pending:
-        blocks.append(_context(f":inbox_tray: {pending} case(s) waiting for review"))
+        blocks.append(_context(t("kbhome.pending", lang, n=pending)))
     if not candidates:
-        blocks.append(_context("None: every recent log was answered, and nobody said an answer did not help."))
+        blocks.append(_context(t("kbhome.none", lang)))
         return blocks
     for c in candidates[:limit]:
-        why = "no match" if c.reason == "unknown" else f"{inline_code(c.case_id or '?', 80)} did not help"
-        seen = f" · seen {c.seen}×" if c.seen > 1 else ""
-        blocks.append(_context(f"{inline_code(c.summary or '(no error line)', 200)} · {why}{seen}"))
+        why = t("kbhome.no_match", lang) if c.reason == "unknown" \
+            else t("kbhome.not_helped", lang, case=inline_code(c.case_id or "?", 80))
+        seen = t("kbhome.seen", lang, n=c.seen) if c.seen > 1 else ""
+        blocks.append(_context(f"{inline_code(c.summary or t('kbhome.no_error_line', lang), 200)} · {why}{seen}"))
     return blocks
 
 
-def home_section_for(growth: Any, limit: int = 8) -> list[dict[str, Any]]:
+def home_section_for(growth: Any, limit: int = 8, lang: Language = "en") -> list[dict[str, Any]]:
     """home_section() from a bot.kbstore.KBGrowth (for the App Home tab); [] without one."""
     if growth is None:
         return []
-    return home_section(growth.candidates.open(limit), growth.submissions.counts().get("pending", 0), limit)
+    return home_section(growth.candidates.open(limit), growth.submissions.counts().get("pending", 0), limit, lang)

@@ -380,3 +380,31 @@ def test_feedback_buttons_store_votes_outcomes_and_candidates(kb_bot: Any, fake:
     assert "not_helpful" in reasons  # the log whose answer did not help
     unknown = [c for c in candidates if c.reason == "unknown"]  # the log nobody could answer
     assert any(c.summary.startswith("RuntimeError: flux capacitor desynchronised") for c in unknown), unknown
+
+
+def test_the_case_form_speaks_the_authors_language(kb_bot: Any, fake: KBFakeSlack) -> None:
+    """A zh-CN author gets the modal, its checking and its "sent" views in Chinese; an en-US one in English."""
+    _, sender = kb_bot
+    fake.locales[AUTHOR] = "zh-CN"
+    view = open_form(fake, sender, NOFILE_LOG, "1700000700.000100")
+    loading = fake.calls_to("views.open")[-1].params["view"]
+    assert loading["title"]["text"] == "添加到 vLLM 知识库" and "正在读取这条消息" in json.dumps(loading, ensure_ascii=False)
+    text = json.dumps(view, ensure_ascii=False)
+    assert view["title"]["text"] == "添加到 vLLM 知识库" and view["submit"]["text"] == "检查并提交"
+    assert view["close"]["text"] == "取消"
+    labels = {b["block_id"]: b["label"]["text"] for b in view["blocks"] if b.get("type") == "input"}
+    assert labels["cause"] == "原因" and labels["fix"] == "解决步骤" and labels["examples"] == "示例日志"
+    assert "知识库审核人批准后才会生效" in text and "Describe the failure" not in text and "Fix steps" not in text
+    assert initial(view, "title") == "Too many open files"  # the author's (and the log's) text is not translated
+    examples = initial(view, "examples") + "\n---\nhttps://github.com/example-org/vllm-notes/issues/2\n" + NOFILE_LOG_2
+    body = sender.interactive(view_submission(view, nofile_form(view, examples=examples))).json()
+    assert body["response_action"] == "update" and "正在知识库中查找类似的案例" in json.dumps(body, ensure_ascii=False)
+    done = wait_view(fake, lambda v: "已提交审核" in json.dumps(v, ensure_ascii=False))
+    assert done["close"]["text"] == "完成" and "Sent" not in json.dumps(done)
+
+    payload = shortcut(fake, NOFILE_LOG, "1700000701.000100", user=STRANGER)  # en-US, Slack's default
+    assert sender.interactive(payload).status == 200
+    english = wait_view(fake, lambda v: is_form(v) and v["submit"]["text"] == "Check and send")
+    labels = {b["block_id"]: b["label"]["text"] for b in english["blocks"] if b.get("type") == "input"}
+    assert english["title"]["text"] == "Add to vLLM KB" and labels["fix"] == "Fix steps"
+    assert "审核" not in json.dumps(english, ensure_ascii=False)

@@ -107,3 +107,49 @@ def test_an_english_llm_answer_to_a_chinese_asker_falls_back_to_the_chinese_kb_a
     case = engine.case(KV_CACHE_CASE)
     assert case.fix[0].text_zh in text and "The KV cache had no room left" not in text
     assert "来自知识库" in text
+
+
+# -- the other surfaces: help, usage, /vllm-diagnose summaries (the KB case form: tests/kb_growth) -------------
+
+
+def test_diagnose_help_and_usage_follow_the_users_locale(http_bot: Any, fake_slack: FakeSlack) -> None:
+    fake_slack.locales["U0ZHUSER1"] = "zh-CN"
+    _, sender = http_bot
+    zh = text_of(sender.command("/vllm-diagnose", "help", response_url="http://127.0.0.1:9/unused",
+                                user="U0ZHUSER1").json()["blocks"])
+    assert "询问一段日志" in zh and "检查 GPU 主机" in zh and "已解决" in zh and "`/vllm-explain <日志>`" in zh
+    for english in ("Ask about a log", "Check a GPU host", "On every answer", "Fixed it"):
+        assert english not in zh
+    usage = sender.command("/vllm-explain", "", response_url="http://127.0.0.1:9/unused", user="U0ZHUSER1").json()
+    assert usage["text"].startswith("用法：`/vllm-explain")
+    unconfigured = sender.command("/vllm-diagnose", "gpu-01", response_url="http://127.0.0.1:9/unused",
+                                  user="U0ZHUSER1").json()
+    assert "还没有配置主机诊断" in unconfigured["text"]
+    en = text_of(sender.command("/vllm-diagnose", "help", response_url="http://127.0.0.1:9/unused",
+                                user="U0ENUSER1").json()["blocks"])  # en-US, Slack's default
+    assert "Ask about a log" in en and "Fixed it" in en and "询问" not in en
+    assert [c.params["user"] for c in fake_slack.calls_to("users.info")] == ["U0ZHUSER1", "U0ENUSER1"]  # cached
+
+
+def test_a_chinese_users_vllm_diagnose_summary_is_chinese(make_http_bot: Any, fake_slack: FakeSlack,
+                                                          tmp_path: Any) -> None:
+    from host_support import final_report, unreachable_runner_settings
+
+    from bot.settings import RunnerAccessRule
+
+    fake_slack.locales["U0ZHUSER1"] = "zh-CN"
+    rules = [RunnerAccessRule(hosts=["*"], users=["U0ZHUSER1", "U0ENUSER1"], max_tier=1)]
+    _, sender = make_http_bot(**unreachable_runner_settings(tmp_path, rules))
+    assert sender.command("/vllm-diagnose", "fleet", response_url=fake_slack.response_url(1),
+                          user="U0ZHUSER1").status == 200
+    zh = final_report(fake_slack)
+    progress = fake_slack.calls_to("chat.postMessage")[0].params
+    assert "正在对 *fleet* 运行只读检查" in text_of(progress["blocks"]) and "2 台主机" in text_of(progress["blocks"])
+    text = text_of(zh.params["blocks"])
+    assert "发现 2 个问题" in text and "2 台主机" in text and "命令的原始输出在本帖的文件中" in text
+    assert "problems found" not in text and "Raw command outputs" not in text
+    assert "发现 2 个问题" in zh.params["text"]  # the notification text too
+    assert sender.command("/vllm-diagnose", "fleet", response_url=fake_slack.response_url(2),
+                          user="U0ENUSER1").status == 200
+    en = text_of(final_report(fake_slack, count=2).params["blocks"])
+    assert "2 problems found" in en and "Raw command outputs" in en and "发现" not in en

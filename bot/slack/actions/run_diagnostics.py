@@ -7,16 +7,18 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from bot.i18n import t
 from bot.slack import blocks
 from bot.slack.deps import SlackDeps
-from bot.slack.hosts import NOT_CONFIGURED
 
 
 def run_diagnostics(deps: SlackDeps) -> Callable[..., None]:
     def on_run_diagnostics(ack: Any, body: dict[str, Any], action: dict[str, Any], client: Any, respond: Any) -> None:
         ack()
+        user = (body.get("user") or {}).get("id")
+        lang = deps.locales.language_of(client, user) or "en"
         if deps.hosts is None:
-            message = blocks.notice(NOT_CONFIGURED, ":desktop_computer:")
+            message = blocks.notice(t("slack.host.not_configured", lang), ":desktop_computer:")
             respond(text=message.text, blocks=message.blocks, response_type="ephemeral", replace_original=False)
             return
         container = body.get("container") or {}
@@ -33,8 +35,8 @@ def run_diagnostics(deps: SlackDeps) -> Callable[..., None]:
             trigger_id=body["trigger_id"],
             view=blocks.host_picker_view(
                 private_metadata=metadata,
-                hosts_hint=deps.hosts.picker_hint(client, (body.get("user") or {}).get("id"), channel),
-                lang=deps.locales.language_of(client, (body.get("user") or {}).get("id")) or "en",
+                hosts_hint=deps.hosts.picker_hint(client, user, channel, lang),
+                lang=lang,
             ),
         )
 

@@ -5,26 +5,32 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from bot.i18n import Language, t
 from bot.slack import blocks
 from bot.slack.conversation import Where
 from bot.slack.deps import SlackDeps
-from bot.slack.hosts import NOT_CONFIGURED, start_host_diagnosis
+from bot.slack.hosts import start_host_diagnosis
 
 
 def vllm_diagnose(deps: SlackDeps) -> Callable[..., None]:
     def on_vllm_diagnose(ack: Any, command: dict[str, Any], client: Any, respond: Any) -> None:
         words = (command.get("text") or "").split()
-        if not words or words[0].lower() in ("help", "-h", "--help", "?"):
+        is_help = not words or words[0].lower() in ("help", "-h", "--help", "?")
+        lang: Language = "en"
+        if is_help or deps.hosts is None:  # the locale is cached after one look-up: the ack stays inside 3 s
+            lang = deps.locales.language_of(client, command.get("user_id")) or "en"
+        if is_help:
             ack(
                 **blocks.help_message(
                     max_bytes=deps.max_bytes,
                     watch_channels=sorted(deps.watch_channels),
                     runner_enabled=deps.runner_enabled,
+                    lang=lang,
                 ).as_kwargs()
             )
             return
         if deps.hosts is None:
-            ack(**blocks.notice(NOT_CONFIGURED).as_kwargs())
+            ack(**blocks.notice(t("slack.host.not_configured", lang)).as_kwargs())
             return
         ack()
         where = Where(channel=command["channel_id"], user=command.get("user_id"), thread_ts=None, respond=respond)

@@ -7,23 +7,22 @@ from collections.abc import Callable
 from typing import Any
 
 from bot.errors import UserInputError
+from bot.i18n import t
 from bot.slack import blocks
 from bot.slack.conversation import LogRequest, Where, diagnose_and_answer
 from bot.slack.deps import SlackDeps
 from bot.slack.files import check_text_size
 from bot.slack.incoming import slack_to_plain
 
-USAGE = (
-    "Usage: `/vllm-explain <paste the error log>`. For a long log, attach it as a file in a DM to me or "
-    "with a mention instead (slash commands carry only a few thousand characters)."
-)
+USAGE = t("slack.usage.explain", "en")  # both languages in bot/i18n.py
 
 
 def vllm_explain(deps: SlackDeps) -> Callable[..., None]:
     def on_vllm_explain(ack: Any, command: dict[str, Any], client: Any, respond: Any) -> None:
         text = slack_to_plain(command.get("text") or "")
         if not text.strip() or text.strip().lower() == "help":
-            ack(**blocks.notice(USAGE).as_kwargs())
+            lang = deps.locales.language_of(client, command.get("user_id")) or "en"  # cached: the ack stays fast
+            ack(**blocks.notice(t("slack.usage.explain", lang)).as_kwargs())
             return
         try:
             check_text_size(text, deps.max_bytes, "That log")

@@ -36,7 +36,8 @@ def app_mention(deps: SlackDeps) -> Callable[..., None]:
             client,
             where,
             blocks.help_message(
-                max_bytes=deps.max_bytes, watch_channels=sorted(deps.watch_channels), runner_enabled=deps.runner_enabled
+                max_bytes=deps.max_bytes, watch_channels=sorted(deps.watch_channels), runner_enabled=deps.runner_enabled,
+                lang=deps.locales.language_of(client, where.user) or "en",
             ),
         )
 

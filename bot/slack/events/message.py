@@ -10,12 +10,14 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from bot.question import is_deployment_question
+from bot.i18n import t
+from bot.question import is_deployment_question, question_language
 from bot.slack import blocks
 from bot.slack.conversation import LogRequest, Where, diagnose_and_answer, tell_user
 from bot.slack.deps import SlackDeps
 from bot.slack.heuristics import looks_like_error_log
 from bot.slack.incoming import mentions_user, slack_to_plain
+from bot.slack.locale import answer_language
 from kb.glossary import default_glossary
 
 _ANSWERED_SUBTYPES = {None, "file_share", "thread_broadcast"}
@@ -42,11 +44,8 @@ def message(deps: SlackDeps) -> Callable[..., None]:
                     or is_deployment_question(plain, default_glossary())):
                 deps.workers.submit(diagnose_and_answer, deps, client, LogRequest(where, plain, files))
             else:
-                tell_user(client, where, blocks.notice(
-                    "Send me a vLLM error log (paste it, or attach it as a file) and I will look for the cause, or "
-                    "ask a question about your deployment (English or 中文). "
-                    "`/vllm-diagnose help` shows everything I can do."
-                ))
+                lang = answer_language(deps.locales.language_of(client, where.user), question_language(plain))
+                tell_user(client, where, blocks.notice(t("slack.usage.dm", lang)))
             return
         if event["channel"] in deps.watch_channels:
             log_files = [f for f in files if _LOG_FILE_RE.search(str(f.get("name") or f.get("title") or ""))]

@@ -24,6 +24,7 @@ from typing import Any
 from slack_sdk.errors import SlackApiError
 
 from bot.errors import InvalidCase, PermissionDenied, ReviewConflict, UserInputError
+from bot.i18n import Language, t
 from bot.kbstore import KBGrowth
 from bot.kbstore.dedup import Similar
 from bot.kbstore.submissions import Submission
@@ -108,8 +109,9 @@ def _open_from_shortcut(deps: SlackDeps, growth: KBGrowth) -> Callable[..., None
             author_name=author_name,
             team_domain=str((shortcut.get("team") or {}).get("domain") or ""),
         )
-        view_id = client.views_open(trigger_id=shortcut["trigger_id"], view=kbb.loading_view())["view"]["id"]
-        deps.workers.submit(_prefill, deps, growth, client, view_id, source)
+        lang = _lang(deps, client, author_id)
+        view_id = client.views_open(trigger_id=shortcut["trigger_id"], view=kbb.loading_view(lang))["view"]["id"]
+        deps.workers.submit(_prefill, deps, growth, client, view_id, source, lang)
 
     return on_add_to_kb
 
@@ -132,13 +134,20 @@ def _open_from_answer(deps: SlackDeps, growth: KBGrowth) -> Callable[..., None]:
             author_name=author_name,
             team_domain=str((body.get("team") or {}).get("domain") or ""),
         )
-        view_id = client.views_open(trigger_id=body["trigger_id"], view=kbb.loading_view())["view"]["id"]
-        deps.workers.submit(_prefill, deps, growth, client, view_id, source)
+        lang = _lang(deps, client, author_id)
+        view_id = client.views_open(trigger_id=body["trigger_id"], view=kbb.loading_view(lang))["view"]["id"]
+        deps.workers.submit(_prefill, deps, growth, client, view_id, source, lang)
 
     return on_add_kb_case
 
 
-def _prefill(deps: SlackDeps, growth: KBGrowth, client: Any, view_id: str, source: Source) -> None:
+def _lang(deps: SlackDeps, client: Any, user_id: str | None) -> Language:
+    """The clicking user's language (Slack locale, cached); the form has no text of theirs to go by."""
+    return deps.locales.language_of(client, user_id) or "en"
+
+
+def _prefill(deps: SlackDeps, growth: KBGrowth, client: Any, view_id: str, source: Source,
+             lang: Language = "en") -> None:
     try:
         thread = _thread(client, source)
         text, ts, files = source.text, source.ts, list(source.files)
@@ -154,9 +163,7 @@ def _prefill(deps: SlackDeps, growth: KBGrowth, client: Any, view_id: str, sourc
             except UserInputError as exc:
                 log.info("KB form: skipping a shared file: %s", exc)
         if not text.strip():
-            client.views_update(view_id=view_id, view=kbb.notice_view(
-                "I could not find a log in that message or its thread. Open the form from the message that "
-                "holds the error log."))
+            client.views_update(view_id=view_id, view=kbb.notice_view(t("kbform.no_log", lang), lang=lang))
             return
         more = [
             (_permalink(client, source, m.get("ts", "")), slack_to_plain(m.get("text") or ""))
@@ -172,11 +179,12 @@ def _prefill(deps: SlackDeps, growth: KBGrowth, client: Any, view_id: str, sourc
             permalink=_permalink(client, source, ts or ""),
             more_examples=more,
         )
-        note = f"From a message in {source.channel}" + (f" and {len(more)} more log(s) in its thread" if more else "")
-        client.views_update(view_id=view_id, view=kbb.case_form_view(draft.submission.id, draft.form, draft.nearest, note))
+        note = t("kbform.source", lang, channel=source.channel) + (t("kbform.source_more", lang, n=len(more)) if more else "")
+        client.views_update(view_id=view_id, view=kbb.case_form_view(draft.submission.id, draft.form, draft.nearest, note,
+                                                                     lang))
     except Exception:
         log.exception("could not pre-fill the KB case form")
-        _safe_update(client, view_id, kbb.notice_view("Sorry, something went wrong while reading that message. Try again."))
+        _safe_update(client, view_id, kbb.notice_view(t("kbform.read_failed", lang), lang=lang))
 
 
 def _human(message: dict[str, Any], deps: SlackDeps) -> bool:
@@ -231,33 +239,37 @@ def _form_submitted(deps: SlackDeps, growth: KBGrowth) -> Callable[..., None]:
                 errors.setdefault(name if name in form_blocks else "title", message[:ERROR_TEXT_MAX])
             ack(response_action="errors", errors=errors)
             return
-        ack(response_action="update", view=kbb.checking_view(sub_id))
-        deps.workers.submit(_check_and_route, deps, growth, client, (body.get("view") or {}).get("id", ""), sub_id, case)
+        lang = _lang(deps, client, _user(body)[0])
+        ack(response_action="update", view=kbb.checking_view(sub_id, lang))
+        deps.workers.submit(_check_and_route, deps, growth, client, (body.get("view") or {}).get("id", ""), sub_id, case,
+                            lang)
 
     return on_case_form
 
 
-def _check_and_route(deps: SlackDeps, growth: KBGrowth, client: Any, view_id: str, sub_id: str, case: Any) -> None:
+def _check_and_route(deps: SlackDeps, growth: KBGrowth, client: Any, view_id: str, sub_id: str, case: Any,
+                     lang: Language = "en") -> None:
     try:
         checked = growth.check(case)
         growth.stage(sub_id, checked)
         if checked.duplicates:
             warnings = [w.message for w in checked.report.warnings]
-            _safe_update(client, view_id, kbb.duplicate_view(sub_id, checked.case.title, checked.duplicates, warnings))
+            _safe_update(client, view_id, kbb.duplicate_view(sub_id, checked.case.title, checked.duplicates, warnings,
+                                                             lang))
             return
         sub = growth.submit(sub_id, "new")
         _safe_update(client, view_id, kbb.submitted_view(kind=sub.kind, title=sub.title, target_case=None,
-                                                         reviewers_configured=growth.reviewers.configured))
+                                                         reviewers_configured=growth.reviewers.configured, lang=lang))
         _request_review(deps, growth, client, sub)
     except (UserInputError, ReviewConflict) as exc:
-        _safe_update(client, view_id, kbb.notice_view(str(exc)))
+        _safe_update(client, view_id, kbb.notice_view(str(exc), lang=lang))
     except Exception:
         log.exception("KB case check failed for submission %s", sub_id)
-        _safe_update(client, view_id, kbb.notice_view("Sorry, the check failed on my side; your form was kept. Try again."))
+        _safe_update(client, view_id, kbb.notice_view(t("kbform.check_failed", lang), lang=lang))
 
 
 def _duplicate_chosen(deps: SlackDeps, growth: KBGrowth) -> Callable[..., None]:
-    def on_duplicate_choice(ack: Any, view: dict[str, Any], client: Any) -> None:
+    def on_duplicate_choice(ack: Any, body: dict[str, Any], view: dict[str, Any], client: Any) -> None:
         sub_id = str(view.get("private_metadata") or "")
         choice = kbb.choice_from_state((view.get("state") or {}).get("values") or {})
         try:
@@ -266,7 +278,8 @@ def _duplicate_chosen(deps: SlackDeps, growth: KBGrowth) -> Callable[..., None]:
             ack(response_action="errors", errors={kbb.CHOICE_BLOCK: str(exc)[:ERROR_TEXT_MAX]})
             return
         ack(response_action="update", view=kbb.submitted_view(
-            kind=sub.kind, title=sub.title, target_case=sub.target_case, reviewers_configured=growth.reviewers.configured))
+            kind=sub.kind, title=sub.title, target_case=sub.target_case, reviewers_configured=growth.reviewers.configured,
+            lang=_lang(deps, client, _user(body)[0])))
         deps.workers.submit(_request_review, deps, growth, client, sub)
 
     return on_duplicate_choice
@@ -377,17 +390,15 @@ def _short_path(path: Any) -> str:
 
 
 def _feedback(deps: SlackDeps, growth: KBGrowth, value: str) -> Callable[..., None]:
-    def on_feedback(ack: Any, body: dict[str, Any], action: dict[str, Any], respond: Any) -> None:
+    def on_feedback(ack: Any, body: dict[str, Any], action: dict[str, Any], respond: Any, client: Any) -> None:
         ack()
         user_id, _ = _user(body)
+        lang = _lang(deps, client, user_id)
         answer_id = str(action.get("value") or "")
         record = deps.recent.record_feedback(answer_id, user_id, value)  # type: ignore[arg-type]
         if record is None:
-            said = "this answer fixed it" if value == "fixed" else "this answer did not help"
-            message = kbb.ephemeral(
-                f"Thanks for telling me {said}. It is too old for me to link your rating to its KB case (I keep "
-                "the last few hundred answers), so it was not counted; paste the log again to rate a fresh answer.",
-                ":pray:")
+            said = t("kbform.said_fixed" if value == "fixed" else "kbform.said_not_helpful", lang)
+            message = kbb.ephemeral(t("kbform.too_old", lang, said=said), ":pray:")
             respond(text=message.text, blocks=message.blocks, response_type="ephemeral", replace_original=False)
             return
         channel = record.channel_id or (body.get("channel") or {}).get("id", "")
@@ -397,7 +408,8 @@ def _feedback(deps: SlackDeps, growth: KBGrowth, value: str) -> Callable[..., No
         )
         log.info("feedback answer=%s case=%s user=%s value=%s", answer_id, record.case_id, user_id, value)
         outcome = result.outcome.text() if result.outcome else None
-        message = kbb.feedback_thanks(value=value, case_id=record.case_id, outcome=outcome, changed_from=result.previous)
+        message = kbb.feedback_thanks(value=value, case_id=record.case_id, outcome=outcome, changed_from=result.previous,
+                                      lang=lang)
         respond(text=message.text, blocks=message.blocks, response_type="ephemeral", replace_original=False)
 
     return on_feedback

@@ -7,10 +7,11 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from bot.i18n import t
 from bot.slack import blocks
 from bot.slack.conversation import Where
 from bot.slack.deps import SlackDeps
-from bot.slack.hosts import NOT_CONFIGURED, start_host_diagnosis
+from bot.slack.hosts import start_host_diagnosis
 
 
 def host_picker_submitted(deps: SlackDeps) -> Callable[..., None]:
@@ -18,16 +19,17 @@ def host_picker_submitted(deps: SlackDeps) -> Callable[..., None]:
         values = view["state"]["values"]
         target = ((values.get(blocks.HOST_PICKER_BLOCK) or {}).get(blocks.HOST_PICKER_INPUT) or {}).get("value") or ""
         words = target.split()
+        user = (body.get("user") or {}).get("id")
+        lang = deps.locales.language_of(client, user) or "en"
         if deps.hosts is None:
-            ack(response_action="errors", errors={blocks.HOST_PICKER_BLOCK: NOT_CONFIGURED[:150]})
+            ack(response_action="errors", errors={blocks.HOST_PICKER_BLOCK: t("slack.host.not_configured", lang)[:150]})
             return
         try:
             meta = json.loads(view.get("private_metadata") or "{}")
         except ValueError:
             meta = {}
-        user = (body.get("user") or {}).get("id")
         channel = meta.get("channel") or user
-        problem = deps.hosts.check_target(client, user, channel, words[0]) if words else "Type a host or group name."
+        problem = deps.hosts.check_target(client, user, channel, words[0]) if words else t("slack.picker.empty", lang)
         if problem:
             ack(response_action="errors", errors={blocks.HOST_PICKER_BLOCK: problem})
             return
