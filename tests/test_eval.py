@@ -36,7 +36,7 @@ EVAL_DIR = Path(__file__).resolve().parent / "eval"
 KB_DIR = Path(__file__).resolve().parent.parent / "kb" / "cases"
 FOLDS = 5
 # Data requirements (issue 9): dev + pending together; pending logs join dev when their cases land.
-MIN_LOGS, MIN_REPOS, MIN_UNCOVERED = 230, 60, 40  # issue target: 300 logs (see tests/eval/README.md)
+MIN_LOGS, MIN_REPOS, MIN_UNCOVERED = 300, 60, 40  # the issue's targets (counts in tests/eval/README.md)
 # Held-back floors (measured values in tests/eval/README.md, minus a margin for CPUs whose MiniLM vectors
 # differ in the last bits). Measured on the merged KB (103 cases) and role-aware matcher, 236 logs:
 FLOOR_TOP1 = 0.87  # measured 0.891
