@@ -98,6 +98,18 @@ _TEXT: dict[str, dict[Language, str]] = {
                        "zh": "LLM 的回答未通过校验（{reason}），以下为知识库中的答案。"},
     "note.wrong_language": {"en": "the LLM answered in another language",
                             "zh": "LLM 没有用中文回答"},
+    # a case's affects / fixed_in against the versions known for a paste (bot/versions.py); match notes
+    "version.where_log": {"en": "this log shows {shown}", "zh": "这段日志显示的是 {shown}"},
+    "version.where_host": {"en": "host {host} has {shown}", "zh": "主机 {host} 上是 {shown}"},
+    "version.upgrade": {"en": "fixed in {package} {fixed}; {where} — upgrading is the fix",
+                        "zh": "已在 {package} {fixed} 中修复；{where} — 升级即可解决"},
+    "version.already_fixed": {"en": "fixed in {package} {fixed}; {where}, which already has the fix — "
+                                    "look for another cause or a regression",
+                              "zh": "已在 {package} {fixed} 中修复；{where}，已包含该修复 — 请排查其他原因或是否为回归问题"},
+    "version.inside": {"en": "known in {package} {spec}; {where}, inside that range",
+                       "zh": "已知影响 {package} {spec}；{where}，在此范围内"},
+    "version.outside": {"en": "known in {package} {spec}; {where}, outside that range",
+                        "zh": "已知影响 {package} {spec}；{where}，不在此范围内"},
     # Slack buttons and modals
     "button.fixed": {"en": "Fixed it", "zh": "已解决"},
     "button.not_helpful": {"en": "Didn't help", "zh": "没有帮助"},

@@ -16,10 +16,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Literal, Protocol
 
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from packaging.version import InvalidVersion, Version
-
 from bot.models import Distilled, Evidence, LogFacts, LogLine, Match, Verdict
+from bot.versions import Versions, check_case, known_versions
 from indexer.text import mask
 from kb.loader import KnowledgeBase
 from kb.rules import FACTS, FactValue, Node, evaluate, fact_names
@@ -48,8 +46,6 @@ TRUNCATED_NOTE = (
     "the paste ends inside a traceback: its final error line is missing, so this is the best guess from the "
     "frames and facts above it (paste the lines that follow to be sure)"
 )
-# Facts that name a package's version, for `fixed_in` / `affects` (other packages are not read from logs).
-_VERSION_FACTS = {"vllm": "vllm_version", "torch": "torch_version", "cuda": "cuda_version"}
 
 _EXCEPTION_TEXT = re.compile(r"(?:^|[^A-Za-z0-9_.])(?:[A-Za-z_]\w*\.)*[A-Z][A-Za-z0-9_]*(?:Error|Exception): \S")
 _FRAME_TEXT = re.compile(r'File "[^"]+", line \d+')
@@ -137,12 +133,6 @@ def facts_mapping(facts: LogFacts | None) -> dict[str, FactValue | None]:
         return {}
     values: dict[str, FactValue | None] = {f.name: getattr(facts, f.name) for f in fields(facts) if f.name in FACTS}
     return values
-
-
-def _shown_version(facts: LogFacts, package: str) -> str | None:
-    name = _VERSION_FACTS.get(package.lower())
-    value = getattr(facts, name) if name else None
-    return value if isinstance(value, str) else None
 
 
 def _earlier_root(distilled: Distilled, hits: list[SignatureHit]) -> LogLine | None:
@@ -278,9 +268,16 @@ class Matcher:
         ranking = self.rank(distilled, mode, facts)
         return ranking.verdict, ranking.matches
 
-    def rank(self, distilled: Distilled, mode: Mode = "hybrid", facts: LogFacts | None = None) -> Ranking:
-        """Ranked cases, the advisories noticed on the side, and notes (truncated paste, versions)."""
+    def rank(
+        self, distilled: Distilled, mode: Mode = "hybrid", facts: LogFacts | None = None,
+        versions: Versions | None = None,
+    ) -> Ranking:
+        """Ranked cases, the advisories noticed on the side, and notes (truncated paste, versions).
+
+        versions: package → version known for this paste (bot.versions.known_versions: the log's, then a
+        host diagnosed in the same Slack thread); default: the versions in `facts`."""
         p = self.params
+        known = known_versions(facts) if versions is None else versions
         sig_hits = self.scanner.scan(distilled.cleaned or distilled.evidence) if mode == "hybrid" else {}
         retrieval = self._retrieval_scores(distilled.query, mode)
         root_lines = {r.line_no for r in distilled.root_errors}
@@ -338,10 +335,10 @@ class Matcher:
                 case.role == "cause" or (case.role == "advisory" and (not unexplained or case_id in proven))
             )
             notes: list[str] = []
-            penalty, version_note = self._version_check(case, facts)
-            if version_note:
-                notes.append(version_note)
-            if penalty:
+            version = check_case(case.affects, case.fixed_in, known, distilled.language)  # bot/versions.py
+            if version.note:
+                notes.append(version.note)
+            if version.superseded:
                 score = max(0.0, score - p.fixed_version_penalty)
                 parts["fixed_version"] = -p.fixed_version_penalty
             prior = self._prior(case_id)
@@ -407,33 +404,6 @@ class Matcher:
                 if evaluate(ast, facts):
                     out.setdefault(case_id, []).append((rule, explain_rule(ast, facts)))
         return out
-
-    def _version_check(self, case: Case, facts: LogFacts | None) -> tuple[bool, str | None]:
-        """(already fixed in the version the log shows, note for the answer)."""
-        if facts is None:
-            return False, None
-        for package, fixed in case.fixed_in.items():
-            shown = _shown_version(facts, package)
-            if shown is None:
-                continue
-            try:
-                is_fixed = Version(shown) >= Version(fixed)
-            except InvalidVersion:
-                continue
-            if is_fixed:
-                return True, f"fixed in {package} {fixed}; this log shows {shown}, which already has the fix"
-            return False, f"fixed in {package} {fixed}; this log shows {shown} — upgrading is the fix"
-        for package, spec in case.affects.items():
-            shown = _shown_version(facts, package)
-            if shown is None:
-                continue
-            try:
-                inside = SpecifierSet(spec).contains(Version(shown), prereleases=True)
-            except (InvalidVersion, InvalidSpecifier):
-                continue
-            if not inside:
-                return True, f"known in {package} {spec}; this log shows {shown}, outside that range"
-        return False, None
 
     def _to_match(
         self,

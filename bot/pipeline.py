@@ -25,6 +25,7 @@ from bot.ops import metrics
 from bot.paste import Paste, decode_input
 from bot.question import QuestionMatcher, looks_like_question
 from bot.settings import Settings, get_settings
+from bot.versions import known_versions
 from kb.loader import DEFAULT_CASES_DIR, KnowledgeBase, case_files, load_kb
 from kb.schema import Case
 
@@ -184,9 +185,15 @@ class Doctor:
         paste = decode_input(data, self.settings.max_input_bytes)
         return distill(paste, keywords=self._keywords), read_facts(paste.text)
 
-    def diagnose(self, data: str | bytes | Paste, mode: Mode = "hybrid") -> Diagnosis:
+    def diagnose(
+        self, data: str | bytes | Paste, mode: Mode = "hybrid", *,
+        host_versions: Mapping[str, str] | None = None, host_label: str = "",
+    ) -> Diagnosis:
         """Raises bot.errors.UserInputError (EmptyInput, BinaryInput, InputTooLarge) for bad input.
-        Raw input is decoded and redacted here (bot.paste) before anything else looks at it."""
+        Raw input is decoded and redacted here (bot.paste) before anything else looks at it.
+
+        host_versions: package → version from a /vllm-diagnose run of `host_label` (the same Slack thread);
+        read with the log's own versions against the cases' fixed_in / affects (bot/versions.py)."""
         started = time.perf_counter()
         self.reload_if_changed()
         paste = decode_input(data, self.settings.max_input_bytes)
@@ -202,7 +209,8 @@ class Doctor:
             elapsed = (time.perf_counter() - started) * 1000
             return Diagnosis(asked.verdict, asked.matches, distilled, elapsed_ms=elapsed, kind="question")
         facts = read_facts(paste.text)
-        ranking = self.matcher.rank(distilled, mode=mode, facts=facts)
+        versions = known_versions(facts, host_versions, host_label)
+        ranking = self.matcher.rank(distilled, mode=mode, facts=facts, versions=versions)
         return Diagnosis(
             ranking.verdict,
             ranking.matches,

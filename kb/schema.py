@@ -7,10 +7,11 @@ The authoring guide with an annotated example is docs/kb-authoring.md.
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Annotated, Literal
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from packaging.version import InvalidVersion, Version
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from kb.rules import Node, RuleError, parse_rule
 
@@ -22,8 +23,44 @@ Severity = Literal["critical", "high", "medium", "low"]
 # crash on its own. Matching uses the role to keep symptoms and advisories below causes with evidence.
 Role = Literal["cause", "symptom", "advisory"]
 
+# Packages a case's `affects` / `fixed_in` may name. vllm, torch, cuda (torch's CUDA build), driver and python
+# are read from logs (bot/facts.py) and host checks (bot/versions.py); the others are documentation only.
+VERSIONED_PACKAGES = (
+    "vllm", "torch", "cuda", "driver", "python", "transformers", "triton", "flashinfer", "xformers", "nccl",
+)
+
 CASE_ID_RE = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 URL_RE = re.compile(r"^https?://\S+$")
+
+
+def _package(name: str) -> str:
+    if name not in VERSIONED_PACKAGES:
+        raise ValueError(f"unknown package {name!r}; one of: {', '.join(VERSIONED_PACKAGES)}")
+    return name
+
+
+def _specifier(spec: str) -> str:
+    try:
+        SpecifierSet(spec)
+    except InvalidSpecifier as exc:
+        raise ValueError(f"bad version specifier {spec!r} (PEP 440, e.g. '>=0.5.1,<0.6')") from exc
+    if not spec.strip():
+        raise ValueError("empty version specifier")
+    return spec
+
+
+def _version(text: str) -> str:
+    try:
+        Version(text)
+    except InvalidVersion as exc:
+        raise ValueError(f"bad version {text!r} (PEP 440, e.g. '0.6.4'; a range belongs in affects)") from exc
+    return text
+
+
+# Annotated so a bad entry is reported at its own path, e.g. field 'fixed_in.vllm': bad version '0.6.x'.
+Package = Annotated[str, AfterValidator(_package)]
+VersionSpec = Annotated[str, AfterValidator(_specifier)]
+VersionText = Annotated[str, AfterValidator(_version)]
 
 
 class _Strict(BaseModel):
@@ -88,8 +125,9 @@ class Case(_Strict):
     fix: list[FixStep] = Field(min_length=1)
     examples: list[Example] = Field(min_length=2)
     checks: list[str] = Field(default_factory=list)
-    affects: dict[str, str] = Field(default_factory=dict)
-    fixed_in: dict[str, str] = Field(default_factory=dict)
+    # Only with a release note, PR or maintainer's word that says so, cited in references (docs/kb-authoring.md).
+    affects: dict[Package, VersionSpec] = Field(default_factory=dict)  # package -> PEP 440 specifier
+    fixed_in: dict[Package, VersionText] = Field(default_factory=dict)  # package -> first fixed release
     references: list[str] = Field(min_length=1)
 
     @field_validator("id")
@@ -119,15 +157,13 @@ class Case(_Strict):
                 raise ValueError(f"not a URL: {url!r}")
         return v
 
-    @field_validator("affects")
-    @classmethod
-    def _specifiers(cls, v: dict[str, str]) -> dict[str, str]:
-        for pkg, spec in v.items():
-            try:
-                SpecifierSet(spec)
-            except InvalidSpecifier as exc:
-                raise ValueError(f"{pkg}: bad version specifier {spec!r}") from exc
-        return v
+    @model_validator(mode="after")
+    def _fixed_outside_affected(self) -> Case:
+        for package, fixed in self.fixed_in.items():
+            spec = self.affects.get(package)
+            if spec and SpecifierSet(spec).contains(Version(fixed), prereleases=True):
+                raise ValueError(f"fixed_in.{package} {fixed} lies inside affects.{package} {spec!r}")
+        return self
 
     @model_validator(mode="after")
     def _examples_are_referenced(self) -> Case:

@@ -52,6 +52,10 @@ def test_good_case_loads(tmp_path: Path) -> None:
         (lambda d: d.update(references=["https://github.com/o/r/issues/1"]), "example sources missing from references"),
         (lambda d: d["fix"][0].update(cmd="x"), "field 'fix.0.cmd': unknown field"),
         (lambda d: d.update(affects={"vllm": "not a spec"}), "bad version specifier"),
+        (lambda d: d.update(affects={"vllm": "not a spec"}), "field 'affects.vllm'"),
+        (lambda d: d.update(fixed_in={"vllm": "0.6.x"}), "field 'fixed_in.vllm': Value error, bad version '0.6.x'"),
+        (lambda d: d.update(fixed_in={"vLLM": "0.6.4"}), "unknown package 'vLLM'"),
+        (lambda d: d.update(affects={"vllm": "<0.7"}, fixed_in={"vllm": "0.6.4"}), "lies inside affects.vllm"),
         (lambda d: d.update(id="Bad_ID"), "field 'id'"),
     ],
 )

@@ -101,8 +101,12 @@ def diagnose_and_answer(deps: SlackDeps, client: Any, request: LogRequest) -> st
     post = _Poster(client, where, deps.settings.slack_update_interval_s)
     post.placeholder(blocks.placeholder(lang=answer_language(locale, question_language(paste.text))))
 
+    # a host diagnosed earlier in this thread: its versions are read against the cases' fixed_in, its
+    # check results go into the LLM prompt
+    host = deps.thread_facts.lookup(where.channel, where.thread_ts)
     try:
-        diagnosis = deps.engine.diagnose(paste)
+        diagnosis = deps.engine.diagnose(paste, host_versions=host.versions if host else None,
+                                         host_label=host.label if host else "")
     except errors.UserInputError as exc:
         post.retract()
         tell_user(client, where, blocks.input_error(str(exc)))
@@ -122,8 +126,7 @@ def diagnose_and_answer(deps: SlackDeps, client: Any, request: LogRequest) -> st
     asker = where.user if request.mention_asker else None
 
     outcome = _outcome(deps, best.case_id) if best else None
-    # a host diagnosed earlier in this thread: its check results go into the LLM prompt
-    host = deps.thread_facts.lookup(where.channel, where.thread_ts) if explain else None
+    host = host if explain else None
     host_note = blocks.host_facts_note(host.label, host.created) if host else None
 
     def build(**kw: Any) -> Message:

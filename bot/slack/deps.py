@@ -5,7 +5,7 @@ Tests build the same object with a local fake Slack and the real engine; nothing
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -23,7 +23,9 @@ class Engine(Protocol):
 
     kb: Any
 
-    def diagnose(self, text: str | bytes) -> Diagnosis: ...
+    def diagnose(
+        self, text: str | bytes, *, host_versions: Mapping[str, str] | None = None, host_label: str = ""
+    ) -> Diagnosis: ...
 
     def case(self, case_id: str) -> Any: ...
 

@@ -74,6 +74,9 @@ CREATE TABLE IF NOT EXISTS claims (
 );
 CREATE INDEX IF NOT EXISTS claims_by_age ON claims (created)
 """),
+    Migration(3, "thread hosts: the versions the checks found (bot/versions.py)", """
+ALTER TABLE thread_hosts ADD COLUMN versions TEXT NOT NULL DEFAULT '{}'
+"""),
 ]
 
 Statements = list[tuple[str, Sequence[object]]]
@@ -204,10 +207,12 @@ class SlackStateDB:
     # --- host diagnoses per thread -------------------------------------------------------------------------
     def save_thread_facts(self, f: ThreadHostFacts) -> bool:
         return self._write(f"host facts of thread {f.channel_id}/{f.thread_ts}", [(
-            "INSERT INTO thread_hosts (channel_id, thread_ts, target, hosts, facts, created) VALUES (?, ?, ?, ?, ?, ?) "
+            "INSERT INTO thread_hosts (channel_id, thread_ts, target, hosts, facts, created, versions) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?) "
             "ON CONFLICT (channel_id, thread_ts) DO UPDATE SET target = excluded.target, hosts = excluded.hosts, "
-            "facts = excluded.facts, created = excluded.created",
-            (f.channel_id, f.thread_ts, f.target, json.dumps(list(f.hosts)), json.dumps(list(f.facts)), f.created),
+            "facts = excluded.facts, created = excluded.created, versions = excluded.versions",
+            (f.channel_id, f.thread_ts, f.target, json.dumps(list(f.hosts)), json.dumps(list(f.facts)), f.created,
+             json.dumps(dict(f.versions))),
         )])
 
     def load_thread_facts(self, channel_id: str, thread_ts: str) -> ThreadHostFacts | None:
@@ -217,9 +222,10 @@ class SlackStateDB:
             return None
         row = rows[0]
         try:
-            hosts, facts = json.loads(row["hosts"]), json.loads(row["facts"])
+            hosts, facts, versions = json.loads(row["hosts"]), json.loads(row["facts"]), json.loads(row["versions"])
         except ValueError:
             log.warning("unreadable host facts for thread %s/%s in %s", channel_id, thread_ts, self.path)
             return None
         return ThreadHostFacts(channel_id=row["channel_id"], thread_ts=row["thread_ts"], target=row["target"],
-                               hosts=tuple(hosts), facts=tuple(facts), created=row["created"])
+                               hosts=tuple(hosts), facts=tuple(facts), created=row["created"],
+                               versions={str(k): str(v) for k, v in versions.items()} if isinstance(versions, dict) else {})

@@ -15,6 +15,8 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
+from bot.versions import host_versions
+
 MAX_AGE_S = 24 * 3600
 
 
@@ -26,6 +28,9 @@ class ThreadHostFacts:
     hosts: tuple[str, ...]  # the hosts that could be checked
     facts: tuple[str, ...]  # redacted lines from DiagnosisReport.facts_for_prompt(), failures first
     created: float = field(default_factory=time.time)
+    # package → version the checks found (bot/versions.py), read against a pasted log's cases' fixed_in;
+    # for a group, only the versions every checked host agrees on
+    versions: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_report(cls, channel_id: str, thread_ts: str, report: Any) -> ThreadHostFacts | None:
@@ -34,7 +39,9 @@ class ThreadHostFacts:
         if not checked:
             return None
         facts = report.facts_for_prompt(checked[0] if len(checked) == 1 else None).splitlines()
-        return cls(channel_id, thread_ts, report.target, tuple(checked), tuple(facts))
+        per_host = [host_versions((c.id, c.facts) for c in h.checks) for h in report.hosts if not h.error]
+        agreed = {k: v for k, v in per_host[0].items() if all(other.get(k) == v for other in per_host[1:])}
+        return cls(channel_id, thread_ts, report.target, tuple(checked), tuple(facts), versions=agreed)
 
     @property
     def label(self) -> str:
