@@ -92,7 +92,7 @@ def main() -> int:
     load_model = "from indexer.encoder import SentenceTransformerEncoder as E; E(None).encode(['x'])"
     for _ in range(args.cold_runs):
         t = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "bot.cli", "explain", "--no-llm", "--json", f.name], check=True,
+        subprocess.run([sys.executable, "-m", "bot.cli.main", "explain", "--no-llm", "--json", f.name], check=True,
                        capture_output=True, cwd=REPO)
         cold.append(time.perf_counter() - t)
         t = time.perf_counter()

@@ -54,8 +54,8 @@ def main() -> int:
     from llm_support import kb_cases, make_diagnosis
     from vllm_server import VLLMServer, free_port, make_tiny_model
 
-    from bot.explain import AnswerCache, CircuitBreaker, Explainer, parse_answer
-    from bot.llm import LLMClient
+    from bot.explain.explainer import AnswerCache, CircuitBreaker, Explainer, parse_answer
+    from bot.explain.llm import LLMClient
     from bot.pipeline import Doctor
     from bot.redact import redact
     from bot.settings import Settings

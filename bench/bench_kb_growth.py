@@ -62,8 +62,8 @@ def main() -> int:
     ap.add_argument("--concurrent", type=int, default=20, help="cases added at once from threads")
     args = ap.parse_args()
 
-    from bot.kbstore import KBGrowth
-    from bot.kbstore.writer import Written
+    from bot.kb_growth import KBGrowth
+    from bot.kb_growth.writer import Written
     from bot.pipeline import Doctor
     from bot.settings import Settings
     from indexer.index import KBIndex

@@ -123,7 +123,7 @@ def main() -> int:
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="bench-replicas-"))
     index_dir = workdir / "index"
-    subprocess.run([sys.executable, "-m", "bot.cli", "index"], cwd=REPO, check=True, capture_output=True,
+    subprocess.run([sys.executable, "-m", "bot.cli.main", "index"], cwd=REPO, check=True, capture_output=True,
                    env={**os.environ, "VLLM_DOCTOR_INDEX_DIR": str(index_dir)})
     hosts = {f"gpu-{i:03d}": (f"127.0.{1 + (i + 2) // 250}.{(i + 2) % 250 + 1}", "healthy") for i in range(args.hosts)}
     fleet = start_fleet(workdir / "fleet", hosts)

@@ -78,7 +78,7 @@ def local_vs_collect_env() -> None:
     if have_venv:
         env["VLLM_DOCTOR_LOCAL_PYTHON"] = str(python)
     t = time.monotonic()
-    out = subprocess.run([sys.executable, "-m", "bot.cli", "diagnose", "--local", "--json", "--no-progress"],
+    out = subprocess.run([sys.executable, "-m", "bot.cli.main", "diagnose", "--local", "--json", "--no-progress"],
                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     local_s = time.monotonic() - t
     import json

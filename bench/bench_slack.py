@@ -32,7 +32,7 @@ from slack_support import SlackSender, bot_settings  # noqa: E402
 
 from bot.pipeline import Doctor  # noqa: E402
 from bot.settings import Settings  # noqa: E402
-from bot.slack.service import SlackBot  # noqa: E402
+from bot.slack.server import SlackBot  # noqa: E402
 
 logging.getLogger("waitress.queue").setLevel(logging.ERROR)  # queue-depth warnings are the point of a burst
 

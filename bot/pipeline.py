@@ -29,7 +29,7 @@ from kb.loader import DEFAULT_CASES_DIR, KnowledgeBase, case_files, load_kb
 from kb.schema import Case
 
 if TYPE_CHECKING:
-    from bot.explain import Explainer, Explanation
+    from bot.explain.explainer import Explainer, Explanation
 
 log = logging.getLogger(__name__)
 
@@ -172,7 +172,7 @@ class Doctor:
             return self._question_matcher
 
     def set_priors(self, priors: Mapping[str, float] | None) -> None:
-        """Ranking prior per case from user feedback (bot.kbstore.feedback; clamped in bot.match)."""
+        """Ranking prior per case from user feedback (bot.kb_growth.feedback; clamped in bot.match)."""
         with self._lock:
             self._priors = priors
             self._matcher = None
@@ -217,7 +217,7 @@ class Doctor:
     @property
     def explainer(self) -> Explainer | None:
         if self._explainer is False:
-            from bot.explain import Explainer
+            from bot.explain.explainer import Explainer
 
             self._explainer = Explainer.from_settings(self.settings)
         return self._explainer  # type: ignore[return-value]
@@ -229,7 +229,7 @@ class Doctor:
     def explain(
         self, diagnosis: Diagnosis, host_facts: dict | None = None, language: str | None = None, use_llm: bool = True
     ) -> Explanation:
-        from bot.explain import kb_only_explanation
+        from bot.explain.explainer import kb_only_explanation
 
         cases = self._top_cases(diagnosis)
         explainer = self.explainer if use_llm else None
@@ -240,7 +240,7 @@ class Doctor:
     def explain_stream(
         self, diagnosis: Diagnosis, host_facts: dict | None = None, language: str | None = None
     ) -> Iterator[str | Explanation]:
-        from bot.explain import kb_only_explanation
+        from bot.explain.explainer import kb_only_explanation
 
         cases = self._top_cases(diagnosis)
         if self.explainer is None:

@@ -273,7 +273,7 @@ class Settings(BaseSettings):
         "(usergroups.users.list; needs the usergroups:read scope).",
     )
 
-    # --- KB growth (issue 6: cases from Slack/CLI, review, feedback; bot/kbstore/) ----------------------
+    # --- KB growth (issue 6: cases from Slack/CLI, review, feedback; bot/kb_growth/) ----------------------
     kb_db_path: Path = Field(
         default_factory=lambda: _default_cache_dir() / "kb-growth.sqlite3",
         validation_alias=AliasChoices("VLLM_DOCTOR_KB_DB", "kb_db_path"),

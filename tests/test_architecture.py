@@ -11,7 +11,7 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 HEAVY = {
     "slack_bolt": "bot/slack/app.py",
-    "openai": "bot/llm.py",
+    "openai": "bot/explain/llm.py",
     "asyncssh": "bot/runner/ssh.py",
     "sentence_transformers": "indexer/encoder.py",
     "faiss": "indexer/store.py",

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.explain import kb_only_explanation
+from bot.explain.explainer import kb_only_explanation
 from bot.i18n import as_language, case_cause, is_language, step_text, t
 from bot.question import expand, looks_like_question, question_language
 from indexer.lexical import tokenize

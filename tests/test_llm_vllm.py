@@ -16,15 +16,15 @@ import pytest
 from llm_support import kb_cases, make_diagnosis
 
 from bot.errors import LLMUnavailable
-from bot.explain import (
+from bot.explain.explainer import (
     AnswerLimits,
     CircuitBreaker,
     Explainer,
     Explanation,
     answer_schema,
 )
+from bot.explain.llm import LLMClient
 from bot.i18n import t
-from bot.llm import LLMClient
 from bot.models import LogLine
 from bot.settings import Settings
 

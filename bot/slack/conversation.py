@@ -19,14 +19,14 @@ from bot.models import Diagnosis
 from bot.ops import metrics
 from bot.paste import Paste, decode_input
 from bot.question import question_language
-from bot.slack import blocks
-from bot.slack.blocks import Message
 from bot.slack.deps import SlackDeps
 from bot.slack.files import check_text_size, fetch_file_text
 from bot.slack.heuristics import looks_like_error_log
 from bot.slack.locale import answer_language
 from bot.slack.progress import ThrottledUpdater
 from bot.slack.recent import AnswerRecord
+from bot.slack.reply import answer as blocks
+from bot.slack.reply.answer import Message
 
 log = logging.getLogger(__name__)
 

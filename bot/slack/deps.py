@@ -11,9 +11,9 @@ from typing import Any, Protocol
 
 from bot.models import Diagnosis
 from bot.settings import Settings
-from bot.slack.dedup import SeenEvents
 from bot.slack.locale import UserLocales
 from bot.slack.recent import RecentAnswers
+from bot.slack.seen_events import SeenEvents
 from bot.slack.thread_facts import ThreadFacts
 from bot.slack.work import Workers
 
@@ -43,7 +43,7 @@ class SlackDeps:
     thread_facts: ThreadFacts = field(default_factory=ThreadFacts)  # last host diagnosis per thread
     locales: UserLocales = field(default_factory=UserLocales)  # users.info locale per user, cached
     hosts: Any | None = None  # bot.slack.hosts.HostDiagnostics when bot.runner is installed and configured
-    kb_growth: Any | None = None  # bot.kbstore.KBGrowth: feedback votes, candidates for new cases
+    kb_growth: Any | None = None  # bot.kb_growth.KBGrowth: feedback votes, candidates for new cases
     bot_user_id: str | None = None  # filled from auth.test when the App starts
 
     @property

@@ -22,7 +22,7 @@ from bot.errors import DoctorError
 from bot.ops import metrics
 from bot.runner.fleet import FleetQueue, FleetRun, Job
 from bot.runner.report import DiagnosisReport, HostReport
-from bot.slack import blocks
+from bot.slack.reply import answer as blocks
 from bot.slack.thread_facts import ThreadHostFacts
 from bot.storage import StorageError
 

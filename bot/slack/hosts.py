@@ -23,8 +23,8 @@ from slack_sdk.errors import SlackApiError
 
 from bot.errors import DoctorError, UserInputError
 from bot.i18n import case_title
-from bot.slack import blocks
 from bot.slack.conversation import Where, tell_user
+from bot.slack.reply import answer as blocks
 from bot.slack.thread_facts import ThreadHostFacts
 from bot.slack.usergroups import UserGroupDirectory, rule_groups
 

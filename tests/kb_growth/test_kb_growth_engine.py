@@ -30,8 +30,8 @@ from kb_growth_support import (
 )
 
 from bot.errors import InvalidCase, PermissionDenied, ReviewConflict
-from bot.kbstore import KBGrowth
-from bot.kbstore.caseyaml import parse_case_text
+from bot.kb_growth import KBGrowth
+from bot.kb_growth.caseyaml import parse_case_text
 from bot.match import MAX_PRIOR, Matcher
 from indexer.index import MANIFEST_NAME, KBIndex, case_documents
 from kb.loader import load_kb
@@ -169,8 +169,8 @@ def _close_pair(engine: Any) -> tuple[Any, str, Any, Any]:
 
 
 def test_feedback_prior_is_bounded_and_a_flood_by_one_user_counts_once(growth: Any, engine: Any, tmp_path: Path) -> None:
-    from bot.kbstore.db import Database
-    from bot.kbstore.feedback import FeedbackStore
+    from bot.kb_growth.db import Database
+    from bot.kb_growth.feedback import FeedbackStore
 
     distilled, mode, first, second = _close_pair(engine)
     for n in range(100):  # one user floods "Didn't help" on the leader and "Fixed it" on the runner-up
@@ -216,8 +216,8 @@ def test_a_signature_hit_outranks_any_feedback(growth: Any, engine: Any) -> None
 
 def _kb(settings: Any, *argv: str, stdin: str = "") -> tuple[int, str, str]:
     """`vllm-doctor kb …` in-process (same parser as the real CLI), returning (rc, stdout, stderr)."""
-    from bot.cli import build_parser
-    from bot.kb_cli import run_kb_command
+    from bot.cli.kb import run_kb_command
+    from bot.cli.main import build_parser
 
     args: argparse.Namespace = build_parser().parse_args(["kb", *argv])
     out, err = io.StringIO(), io.StringIO()
@@ -245,8 +245,8 @@ def test_cli_add_from_file_then_search_and_stats(grow_settings: Any, tmp_path: P
     rc, out, _ = _kb(grow_settings, "search", "OSError: [Errno 24] Too many open files: '/var/run/x.sock'")
     assert rc == 0 and out.splitlines()[0].split()[1].startswith("too-many-open-files")
 
-    from bot.kbstore.db import Database
-    from bot.kbstore.feedback import FeedbackStore
+    from bot.kb_growth.db import Database
+    from bot.kb_growth.feedback import FeedbackStore
 
     store = FeedbackStore(Database(grow_settings.kb_db_path))
     for n in range(3):

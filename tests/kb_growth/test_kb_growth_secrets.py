@@ -14,7 +14,7 @@ import pytest
 from kb_growth_support import AUTHOR, NOFILE_CASE_YAML, NOFILE_LOG
 from secret_corpus import SHAPES, corpus_paste, leaks
 
-from bot.kbstore.caseyaml import parse_case_text
+from bot.kb_growth.caseyaml import parse_case_text
 
 
 def _all_rows(db_path: Path) -> str:

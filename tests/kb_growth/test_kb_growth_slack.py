@@ -27,9 +27,9 @@ from kb_growth_support import (
 from slack_logs import KV_CACHE_CASE, KV_CACHE_LOG
 from slack_support import SlackSender, bot_settings
 
-from bot.kbstore.db import Database
-from bot.kbstore.submissions import SubmissionStore
-from bot.slack import kb_growth_blocks as kbb
+from bot.kb_growth.db import Database
+from bot.kb_growth.submissions import SubmissionStore
+from bot.slack.reply import kb_growth as kbb
 from kb.loader import load_kb
 
 CHANNEL = "C0CHAN01"
@@ -55,7 +55,7 @@ def fake() -> Iterator[KBFakeSlack]:
 
 @pytest.fixture
 def kb_bot(fake: KBFakeSlack, grow_settings: Any, engine: Any) -> Iterator[tuple[Any, SlackSender]]:
-    from bot.slack.service import SlackBot
+    from bot.slack.server import SlackBot
 
     cfg = bot_settings(fake, grow_settings, kb_reviewers=[REVIEWER], kb_reviewer_group=REVIEWER_GROUP,
                        kb_review_channel=REVIEW_CHANNEL)

@@ -9,7 +9,7 @@ from typing import Any
 from fake_slack import FakeSlack
 from test_redact import CORPUS
 
-from bot.slack import blocks
+from bot.slack.reply import answer as blocks
 from kb.loader import load_kb
 from tests.conftest import EVAL_DIR
 

@@ -14,10 +14,10 @@ import pytest
 from fake_slack import SPECIAL_MENTION_RE, block_errors
 from slack_sdk.models.blocks import Block
 
-from bot.explain import Explanation
+from bot.explain.explainer import Explanation
 from bot.models import Diagnosis, Distilled, Evidence, LogLine, Match
-from bot.slack import blocks
 from bot.slack.recent import AnswerRecord
+from bot.slack.reply import answer as blocks
 from kb.schema import Case, Example, FixStep
 
 GOLDEN = Path(__file__).resolve().parent / "golden"

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from bot.slack import blocks
 from bot.slack.actions.draft_issue import draft_issue
 from bot.slack.actions.run_diagnostics import run_diagnostics
 from bot.slack.deps import SlackDeps
+from bot.slack.reply import answer as blocks
 
 
 def register(app: Any, deps: SlackDeps) -> None:

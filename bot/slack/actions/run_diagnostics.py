@@ -7,9 +7,9 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from bot.slack import blocks
 from bot.slack.deps import SlackDeps
 from bot.slack.hosts import NOT_CONFIGURED
+from bot.slack.reply import answer as blocks
 
 
 def run_diagnostics(deps: SlackDeps) -> Callable[..., None]:

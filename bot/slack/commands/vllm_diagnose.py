@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from bot.slack import blocks
 from bot.slack.conversation import Where
 from bot.slack.deps import SlackDeps
 from bot.slack.hosts import NOT_CONFIGURED, start_host_diagnosis
+from bot.slack.reply import answer as blocks
 
 
 def vllm_diagnose(deps: SlackDeps) -> Callable[..., None]:

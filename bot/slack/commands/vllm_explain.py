@@ -7,11 +7,11 @@ from collections.abc import Callable
 from typing import Any
 
 from bot.errors import UserInputError
-from bot.slack import blocks
 from bot.slack.conversation import LogRequest, Where, diagnose_and_answer
 from bot.slack.deps import SlackDeps
 from bot.slack.files import check_text_size
 from bot.slack.incoming import slack_to_plain
+from bot.slack.reply import answer as blocks
 
 USAGE = (
     "Usage: `/vllm-explain <paste the error log>`. For a long log, attach it as a file in a DM to me or "

@@ -11,11 +11,11 @@ from collections.abc import Callable
 from typing import Any
 
 from bot.question import is_deployment_question
-from bot.slack import blocks
 from bot.slack.conversation import LogRequest, Where, diagnose_and_answer, tell_user
 from bot.slack.deps import SlackDeps
 from bot.slack.heuristics import looks_like_error_log
 from bot.slack.incoming import mentions_user, slack_to_plain
+from bot.slack.reply import answer as blocks
 from kb.glossary import default_glossary
 
 _ANSWERED_SUBTYPES = {None, "file_share", "thread_broadcast"}

@@ -24,16 +24,16 @@ from typing import Any
 from slack_sdk.errors import SlackApiError
 
 from bot.errors import InvalidCase, PermissionDenied, ReviewConflict, UserInputError
-from bot.kbstore import KBGrowth
-from bot.kbstore.dedup import Similar
-from bot.kbstore.submissions import Submission
-from bot.slack import blocks
-from bot.slack import kb_growth_blocks as kbb
+from bot.kb_growth import KBGrowth
+from bot.kb_growth.duplicates import Similar
+from bot.kb_growth.submissions import Submission
 from bot.slack.deps import SlackDeps
 from bot.slack.files import fetch_file_text
 from bot.slack.heuristics import looks_like_error_log
 from bot.slack.incoming import slack_to_plain
-from bot.slack.mrkdwn import escape, escape_limited, user_mention
+from bot.slack.reply import answer as blocks
+from bot.slack.reply import kb_growth as kbb
+from bot.slack.reply.mrkdwn import escape, escape_limited, user_mention
 
 log = logging.getLogger(__name__)
 

@@ -1,9 +1,9 @@
 """`vllm-doctor diagnose HOST|GROUP [--inventory FILE] [--json] [--check ID …] [--tier N]` and
-`vllm-doctor diagnose --local [--json]`. bot/cli.py calls configure_parser() and run().
+`vllm-doctor diagnose --local [--json]`. bot/cli/main.py calls configure_parser() and run().
 
 Module-level imports stay light (no asyncssh, no rich) so building the CLI parser costs nothing.
 Exit status: 0 no failures, 1 some check failed/errored/timed out or a host could not be checked,
-2 bad arguments or configuration (raised as DoctorError and printed by bot/cli.py).
+2 bad arguments or configuration (raised as DoctorError and printed by bot/cli/main.py).
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bot.kbstore.db import Database
+from bot.kb_growth.db import Database
 from bot.storage import StorageError, one
 
 log = logging.getLogger(__name__)

@@ -7,8 +7,8 @@
     vllm-doctor kb list [--json] | kb lint [DIR] | kb show ID
     vllm-doctor index [--rebuild]
     vllm-doctor eval LABELLED.jsonl [--json] [--floor …]
-    vllm-doctor diagnose HOST|GROUP | --local             remote checks (bot/runner/cli.py)
-    vllm-doctor serve [--http --port N]                   the Slack bot (bot/slack/cli.py)
+    vllm-doctor diagnose HOST|GROUP | --local             remote checks (bot/cli/diagnose.py)
+    vllm-doctor serve [--http --port N]                   the Slack bot (bot/cli/serve.py)
 """
 
 from __future__ import annotations
@@ -184,7 +184,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     elif host_facts is not None:
         print("note: --host-report is only used by the LLM explanation, which is off "
               f"({'--no-llm' if args.no_llm else 'VLLM_BASE_URL is not set'})", file=sys.stderr)
-    from bot.explain import resolve_language
+    from bot.explain.explainer import resolve_language
 
     lang = resolve_language(diagnosis, args.lang, doctor.settings.llm_language)
     if args.json:
@@ -289,7 +289,7 @@ def cmd_kb(args: argparse.Namespace) -> int:
             raise UserInputError(f"no case with id {args.case_id!r}; see `vllm-doctor kb list`")
         print(json.dumps(case.model_dump(), ensure_ascii=False, indent=2))
         return 0
-    from bot.kb_cli import run_kb_command  # kb add / search / stats (KB growth)
+    from bot.cli.kb import run_kb_command  # kb add / search / stats (KB growth)
 
     return run_kb_command(args, settings)
 
@@ -351,7 +351,7 @@ def build_parser() -> argparse.ArgumentParser:
     q = kb_sub.add_parser("show", help="print one case as JSON")
     q.add_argument("case_id")
     try:
-        from bot.kb_cli import configure_kb_parsers
+        from bot.cli.kb import configure_kb_parsers
     except ImportError:
         pass
     else:
@@ -383,8 +383,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("diagnose", help="run the host check catalogue (SSH or --local)")
     try:
-        from bot.runner.cli import configure_parser as configure_diagnose
-        from bot.runner.cli import run as run_diagnose
+        from bot.cli.diagnose import configure_parser as configure_diagnose
+        from bot.cli.diagnose import run as run_diagnose
     except ImportError as exc:  # pragma: no cover - only while the runner package is absent
         p.set_defaults(func=lambda a, _e=exc: _unavailable("diagnose", _e))
     else:
@@ -393,8 +393,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("serve", help="run the Slack bot (Socket Mode, or --http)")
     try:
-        from bot.slack.cli import configure_parser as configure_serve
-        from bot.slack.cli import run as run_serve
+        from bot.cli.serve import configure_parser as configure_serve
+        from bot.cli.serve import run as run_serve
     except ImportError as exc:  # pragma: no cover
         p.set_defaults(func=lambda a, _e=exc: _unavailable("serve", _e))
     else:
@@ -425,7 +425,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except Exception as exc:  # noqa: BLE001 - a bug or an unforeseen fault: one line, never a traceback
-        logging.getLogger("bot.cli").debug("unexpected error", exc_info=True)
+        logging.getLogger("bot.cli.main").debug("unexpected error", exc_info=True)
         from bot.redact import redact
 
         print(f"error: unexpected {type(exc).__name__}: {redact(str(exc))[:300]} (run with -v for details)", file=sys.stderr)

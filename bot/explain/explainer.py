@@ -1,6 +1,6 @@
 """Diagnosis + retrieved KB cases (+ host facts) → an Explanation a tired on-call engineer can act on.
 
-The retrieved cases are the ground truth; the LLM (the team's vLLM server, through bot.llm) only words
+The retrieved cases are the ground truth; the LLM (the team's vLLM server, through bot.explain.llm) only words
 them for this log, in the asker's language. Every path ends in an Explanation:
 
     settings without VLLM_BASE_URL  → Explainer.from_settings() is None → callers use kb_only_explanation()
@@ -11,10 +11,10 @@ them for this log, in the asker's language. Every path ends in an Explanation:
     empty answer                    → KB answer, note says what was wrong with the LLM's answer
 
 This module holds the value, the KB-only answer and the orchestration; the parts live next to it:
-    bot/explain_prompt.py  prompt rendering from bot/prompts/*.j2, evidence selection, context budget
-    bot/explain_answer.py  answer schema (grounding), validation, streaming preview
-    bot/resilience.py      circuit breaker and answer cache
-The names other modules and tests use are re-exported here, so `from bot.explain import …` keeps working.
+    bot/explain/prompt.py  prompt rendering from bot/explain/prompts/*.j2, evidence selection, context budget
+    bot/explain/answer.py  answer schema (grounding), validation, streaming preview
+    bot/explain/resilience.py      circuit breaker and answer cache
+The names other modules and tests use are re-exported here, so `from bot.explain.explainer import …` keeps working.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from bot.errors import ConfigError, LLMUnavailable
-from bot.explain_answer import (
+from bot.explain.answer import (
     CONFIDENCES,
     DEFAULT_LIMITS,
     AnswerLimits,
@@ -40,7 +40,8 @@ from bot.explain_answer import (
     answer_schema,
     parse_answer,
 )
-from bot.explain_prompt import (
+from bot.explain.llm import ChatResult, LLMClient, ServerInfo
+from bot.explain.prompt import (
     LANGUAGE_NAMES,
     Draft,
     Language,
@@ -49,11 +50,10 @@ from bot.explain_prompt import (
     estimate_tokens,
     fit_prompt,
 )
+from bot.explain.resilience import AnswerCache, CircuitBreaker
 from bot.i18n import case_cause, case_summary, step_text, t
-from bot.llm import ChatResult, LLMClient, ServerInfo
 from bot.models import Diagnosis
 from bot.ops import metrics
-from bot.resilience import AnswerCache, CircuitBreaker
 
 if TYPE_CHECKING:
     from bot.settings import Settings
@@ -227,7 +227,7 @@ class Explainer:
         breaker: Any = CircuitBreaker(settings.llm_breaker_failures, settings.llm_breaker_cooldown_s)
         cache: Any = AnswerCache(settings.llm_cache_size)
         if settings.database_url:  # replicas: one breaker and one cache for all of them
-            from bot.resilience_shared import SharedAnswerCache, SharedCircuitBreaker
+            from bot.explain.resilience_shared import SharedAnswerCache, SharedCircuitBreaker
             from bot.storage import open_database
 
             shared = open_database(settings.database_url)

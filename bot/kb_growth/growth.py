@@ -26,24 +26,24 @@ from typing import Any
 
 from bot.distill import distill
 from bot.errors import InvalidCase, PermissionDenied, ReviewConflict, UserInputError
-from bot.kbstore.candidates import CandidateStore
-from bot.kbstore.caseyaml import normalised
-from bot.kbstore.db import Database
-from bot.kbstore.dedup import Similar, likely_duplicates, nearest_cases
-from bot.kbstore.feedback import FeedbackStore, Vote, VoteResult
-from bot.kbstore.form import EXAMPLE_SEPARATOR, CaseForm, form_to_case
-from bot.kbstore.gitcommit import CommitResult, author_string, commit_file
-from bot.kbstore.lint import LintReport, healthy_logs, lint_case, signature_fires
-from bot.kbstore.submissions import Submission, SubmissionStore
-from bot.kbstore.suggest import (
+from bot.kb_growth.candidates import CandidateStore
+from bot.kb_growth.caseyaml import normalised
+from bot.kb_growth.db import Database
+from bot.kb_growth.duplicates import Similar, likely_duplicates, nearest_cases
+from bot.kb_growth.feedback import FeedbackStore, Vote, VoteResult
+from bot.kb_growth.form import EXAMPLE_SEPARATOR, CaseForm, form_to_case
+from bot.kb_growth.gitcommit import CommitResult, author_string, commit_file
+from bot.kb_growth.lint import LintReport, healthy_logs, lint_case, signature_fires
+from bot.kb_growth.submissions import Submission, SubmissionStore
+from bot.kb_growth.suggest import (
     SignatureSuggestion,
     example_text,
     suggest_area,
     suggest_signatures,
     suggest_title,
 )
-from bot.kbstore.sync import publish
-from bot.kbstore.writer import CaseWriter, Written
+from bot.kb_growth.sync import publish
+from bot.kb_growth.writer import CaseWriter, Written
 from bot.paste import Paste, redacted
 from bot.storage import StorageError
 from kb.loader import DEFAULT_CASES_DIR, load_case_file
@@ -153,7 +153,7 @@ class KBGrowth:
                 self.write_dir, read_dir,
             )
         self.writer = CaseWriter(self.write_dir)
-        self.replica = replica or "local"  # who published a KB change (bot/kbstore/sync.py)
+        self.replica = replica or "local"  # who published a KB change (bot/kb_growth/sync.py)
         self.reviewers = ReviewerPolicy(settings.kb_reviewers, settings.kb_reviewer_group, group_members)
         self.duplicate_threshold = float(settings.kb_duplicate_threshold)
         self._healthy_dir = Path(settings.kb_healthy_logs_dir) if settings.kb_healthy_logs_dir else None

@@ -4,7 +4,7 @@ Similarity is what the running Doctor would say: each example log of the new cas
 live engine (signatures + BM25 + MiniLM over the current index) and a case's similarity is its best
 match confidence (0–1) over those logs. A case at or above `threshold` (settings.kb_duplicate_threshold,
 the "match" verdict by default) is a likely duplicate: the author chooses "new case" or "add my log as
-an example of that case". Signature overlaps found by the linter (bot/kbstore/lint.py) count too.
+an example of that case". Signature overlaps found by the linter (bot/kb_growth/lint.py) count too.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Block Kit builders: pure functions from engine values to Slack message payloads (golden-tested).
 
-Every dynamic string goes through bot.slack.mrkdwn (escape + limits) right here, where it enters a text
+Every dynamic string goes through bot.slack.reply.mrkdwn (escape + limits) right here, where it enters a text
 object; nothing upstream pre-escapes. Limits enforced: 3,000 chars per section text, 150 per header,
 75 per button label, 10 context elements, 50 blocks per message (100 in views), a short plain `text`
 fallback (Slack truncates above 40,000).
@@ -16,7 +16,8 @@ from typing import Any
 from bot.facts import fact_lines
 from bot.i18n import Language, as_language, case_cause, step_text, t
 from bot.models import Diagnosis, Match
-from bot.slack.mrkdwn import (
+from bot.slack.recent import AnswerRecord
+from bot.slack.reply.mrkdwn import (
     channel_link,
     code_block,
     escape,
@@ -25,7 +26,6 @@ from bot.slack.mrkdwn import (
     plain_limited,
     user_mention,
 )
-from bot.slack.recent import AnswerRecord
 
 SECTION_TEXT_MAX = 3000
 HEADER_TEXT_MAX = 150

@@ -12,16 +12,16 @@ import time
 from typing import Any
 
 from bot.errors import ConfigError
-from bot.kbstore.sync import KBSync
+from bot.kb_growth.sync import KBSync
 from bot.ops.health import ops_app
 from bot.runner.fleet import FleetQueue
 from bot.settings import Settings
 from bot.slack.app import HttpServer, SocketModeConnection, build_app, build_web_client, wsgi_app
-from bot.slack.dedup import SeenEvents
 from bot.slack.deps import SlackDeps
 from bot.slack.fleet import FleetWorker
 from bot.slack.hosts import load_host_diagnostics
 from bot.slack.recent import RecentAnswers
+from bot.slack.seen_events import SeenEvents
 from bot.slack.store import SlackStateDB
 from bot.slack.thread_facts import ThreadFacts
 from bot.slack.work import Workers

@@ -9,7 +9,7 @@ from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
-    from bot.explain import Explanation
+    from bot.explain.explainer import Explanation
 
 
 class CircuitBreaker:

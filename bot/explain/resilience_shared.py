@@ -1,4 +1,4 @@
-"""The circuit breaker and the answer cache of bot/resilience.py, kept in the shared database
+"""The circuit breaker and the answer cache of bot/explain/resilience.py, kept in the shared database
 (VLLM_DOCTOR_DATABASE_URL) so every replica sees the same LLM state: a dead LLM is noticed once (N
 failures across all replicas open the circuit for everyone, one replica makes the half-open trial) and
 an explanation computed by one replica is reused by the others.
@@ -20,7 +20,7 @@ from bot.storage import Database, Migration, StorageError, one
 from bot.storage.migrations import migrate
 
 if TYPE_CHECKING:
-    from bot.explain import Explanation
+    from bot.explain.explainer import Explanation
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +141,9 @@ class SharedAnswerCache:
     def get(self, key: tuple[str, str]) -> Explanation | None:
         if self.size <= 0:
             return None
-        from bot.explain import Explanation  # explain imports this module's users, not the other way
+        from bot.explain.explainer import (
+            Explanation,  # explain imports this module's users, not the other way
+        )
 
         try:
             with self.db.read() as conn:

@@ -26,7 +26,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, settings: Any) -> int:
     from bot.ops.logs import configure_logging
     from bot.pipeline import Doctor
-    from bot.slack.service import SlackBot
+    from bot.slack.server import SlackBot
 
     configure_logging(settings.log_format)
     print("loading the knowledge base and the embedding model…", file=sys.stderr)

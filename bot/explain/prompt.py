@@ -1,4 +1,4 @@
-"""The prompt: evidence, cases and host facts rendered through bot/prompts/*.j2, then fitted to the
+"""The prompt: evidence, cases and host facts rendered through bot/explain/prompts/*.j2, then fitted to the
 model's context.
 
 Context budget: the prompt is rendered with all evidence, measured with vLLM's /tokenize (exact, chat
@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING, Any, Literal
 import jinja2
 
 from bot.errors import LLMUnavailable
-from bot.explain_answer import AnswerLimits, answer_schema
+from bot.explain.answer import AnswerLimits, answer_schema
 from bot.models import Diagnosis, LogLine
 from bot.redact import redact
 
 if TYPE_CHECKING:
-    from bot.llm import LLMClient, ServerInfo
+    from bot.explain.llm import LLMClient, ServerInfo
     from kb.schema import Case
 
 Language = Literal["en", "zh"]
