@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from bot.models import FleetReport
     from bot.runner.fleet_view import FleetView
-    from bot.runner.report import DiagnosisReport as FleetReportLike
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -114,7 +114,7 @@ def _print_fleet_view(view: FleetView) -> None:
         print("baseline saved: later runs of this target report drift from it")
 
 
-def _draw(report: FleetReportLike, args: argparse.Namespace, settings: object) -> None:
+def _draw(report: FleetReport, args: argparse.Namespace, settings: object) -> None:
     from bot.errors import UserInputError
 
     if not (args.plot or args.grid):
@@ -138,7 +138,7 @@ def _draw(report: FleetReportLike, args: argparse.Namespace, settings: object) -
         print(f"picture written to {path}", file=sys.stderr)
 
 
-def _memory(report: FleetReportLike, bars_of: Any, draw: Any) -> Any:
+def _memory(report: FleetReport, bars_of: Any, draw: Any) -> Any:
     bars = bars_of(report)
     return draw(bars, f"GPU memory on {report.target}") if bars else None
 

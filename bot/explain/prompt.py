@@ -13,20 +13,19 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import jinja2
 
 from bot.errors import LLMUnavailable
 from bot.explain.answer import AnswerLimits, answer_schema
-from bot.models import Diagnosis, LogLine
+from bot.models import Diagnosis, Language, LogLine
 from bot.redact import redact
 
 if TYPE_CHECKING:
     from bot.explain.llm import LLMClient, ServerInfo
     from kb.schema import Case
 
-Language = Literal["en", "zh"]
 LANGUAGE_NAMES = {"en": "English", "zh": "Simplified Chinese (简体中文)"}
 
 # Limits on what goes into the prompt.

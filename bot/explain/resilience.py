@@ -6,10 +6,9 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
-if TYPE_CHECKING:
-    from bot.explain.explainer import Explanation
+from bot.models import Explanation
 
 
 class CircuitBreaker:

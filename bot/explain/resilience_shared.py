@@ -14,13 +14,11 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
+from bot.models import Explanation
 from bot.storage import Database, Migration, StorageError, one
 from bot.storage.migrations import migrate
-
-if TYPE_CHECKING:
-    from bot.explain.explainer import Explanation
 
 log = logging.getLogger(__name__)
 
@@ -141,10 +139,6 @@ class SharedAnswerCache:
     def get(self, key: tuple[str, str]) -> Explanation | None:
         if self.size <= 0:
             return None
-        from bot.explain.explainer import (
-            Explanation,  # explain imports this module's users, not the other way
-        )
-
         try:
             with self.db.read() as conn:
                 row = conn.execute("SELECT answer FROM llm_answers WHERE model = ? AND prompt_hash = ?", key).fetchone()

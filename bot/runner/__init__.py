@@ -2,11 +2,11 @@
 
 Public API (synchronous; safe to call from worker threads and from inside a running event loop):
 
-    run_diagnosis(target, settings=…, checks=None, max_tier=0, local=False, progress=None) -> DiagnosisReport
+    run_diagnosis(target, settings=…, checks=None, max_tier=0, local=False, progress=None) -> FleetReport
     resolve_target(target, settings) -> list[Host]       # refuses anything but an inventory name
     authorize(user_id, channel_id, usergroup_ids, target, settings, max_tier=0) -> list[Host]
-    parse_request("host01 gpu server.metrics tier 1") -> DiagnoseRequest(target, checks, max_tier)
-    load_report("report.json") -> DiagnosisReport        # `diagnose --json` output read back (explain)
+    parse_request("host01 gpu server.metrics tier 1") -> HostRequest(target, checks, max_tier)
+    load_report("report.json") -> FleetReport        # `diagnose --json` output read back (explain)
 
 Flow: access.py (target, who) -> inventory.py -> catalogue.py (select checks) -> engine.py over
 ssh.py | local.py -> parsers/ + rules.py -> report.py; audit.py records every run.
@@ -23,8 +23,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from bot.errors import UserInputError
+from bot.models import CheckResult, FleetReport, HostReport, HostRequest
 from bot.runner.access import (
-    DiagnoseRequest,
     authorize,
     inventory_from_settings,
     parse_request,
@@ -32,14 +32,14 @@ from bot.runner.access import (
     validate_target,
 )
 from bot.runner.inventory import Host, Inventory, load_inventory
-from bot.runner.report import CheckResult, DiagnosisReport, HostReport, load_report
+from bot.runner.report import load_report
 
 __all__ = [
     "CheckResult",
-    "DiagnoseRequest",
-    "DiagnosisReport",
+    "FleetReport",
     "Host",
     "HostReport",
+    "HostRequest",
     "Inventory",
     "authorize",
     "check_hosts",
@@ -73,7 +73,7 @@ def run_diagnosis(
     user_id: str | None = None,
     channel_id: str | None = None,
     source: str = "cli",
-) -> DiagnosisReport:
+) -> FleetReport:
     """Run the catalogue on `target` (an inventory host or group) or, with local=True, on this machine.
 
     `checks` are check ids or areas (default: every check up to `max_tier`). Pass `hosts` when the caller
@@ -117,7 +117,7 @@ def run_diagnosis(
     except BaseException as exc:
         audit.finish(run_id, None, error=f"{type(exc).__name__}: {exc}")
         raise
-    report = DiagnosisReport(target=target, hosts=reports, max_tier=max_tier, checks_requested=checks,
+    report = FleetReport(target=target, hosts=reports, max_tier=max_tier, checks_requested=checks,
                              started_at=started, duration_s=time.time() - started)
     audit.finish(run_id, report)
     return report

@@ -19,9 +19,9 @@ from typing import Any
 from slack_sdk.errors import SlackApiError
 
 from bot.errors import DoctorError
+from bot.models import FleetReport, HostReport
 from bot.ops import metrics
 from bot.runner.fleet import FleetQueue, FleetRun, Job
-from bot.runner.report import DiagnosisReport, HostReport
 from bot.slack.reply import answer as blocks
 from bot.slack.thread_facts import ThreadHostFacts
 from bot.storage import StorageError
@@ -177,9 +177,9 @@ class FleetWorker:
             self.queue.finished(run_id, self.owner)
 
     @staticmethod
-    def _report(run: FleetRun) -> DiagnosisReport:
+    def _report(run: FleetRun) -> FleetReport:
         spec = run.spec
-        return DiagnosisReport(target=run.target, hosts=run.hosts, max_tier=int(spec.get("max_tier", 0)),
+        return FleetReport(target=run.target, hosts=run.hosts, max_tier=int(spec.get("max_tier", 0)),
                                checks_requested=spec.get("checks"), started_at=run.created,
                                duration_s=time.time() - run.created)
 

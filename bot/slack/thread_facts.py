@@ -24,7 +24,7 @@ class ThreadHostFacts:
     thread_ts: str
     target: str  # what was diagnosed: a host or a group name
     hosts: tuple[str, ...]  # the hosts that could be checked
-    facts: tuple[str, ...]  # redacted lines from DiagnosisReport.facts_for_prompt(), failures first
+    facts: tuple[str, ...]  # redacted lines from FleetReport.facts_for_prompt(), failures first
     created: float = field(default_factory=time.time)
 
     @classmethod
