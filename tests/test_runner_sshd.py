@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bot.runner import run_diagnosis
 from bot.runner.audit import AuditLog
 from tests.runner_support import (
+    run_diagnosis,
     spawn_foreign_gpu_process,
     spawn_orphan_vllm_worker,
     spawn_port_squatter,

@@ -55,7 +55,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, settings) -> int:
     from bot.errors import UserInputError
-    from bot.runner import local_host, run_diagnosis
+    from bot.models import HostRequest
+    from bot.pipeline import Pipeline
     from bot.runner.inventory import HostSpec, host_from_spec
 
     if args.inventory is not None:
@@ -66,6 +67,7 @@ def run(args: argparse.Namespace, settings) -> int:
         raise UserInputError("name a host or group from the inventory, or use --local")
     if args.local and args.target:
         raise UserInputError("give either a host/group or --local, not both")
+    pipeline = Pipeline(settings)
     hosts = None
     if args.local:
         fields = {"python": args.python, "endpoint": args.endpoint, "serve_port": args.serve_port,
@@ -78,15 +80,15 @@ def run(args: argparse.Namespace, settings) -> int:
         except Exception as exc:
             raise UserInputError(f"bad --local option: {exc}") from exc
         validated = host_from_spec("local", spec)  # derives serve_port from --endpoint
-        hosts = [local_host(settings, python=spec.python, endpoint=validated.endpoint,
-                            serve_port=validated.serve_port, expected_gpus=validated.expected_gpus,
-                            model_dir=validated.model_dir, served_model=validated.served_model,
-                            gpu_memory_utilization=validated.gpu_memory_utilization)]
+        hosts = [pipeline.local_host(python=spec.python, endpoint=validated.endpoint,
+                                     serve_port=validated.serve_port, expected_gpus=validated.expected_gpus,
+                                     model_dir=validated.model_dir, served_model=validated.served_model,
+                                     gpu_memory_utilization=validated.gpu_memory_utilization)]
 
     show = _Progress(enabled=not args.no_progress and sys.stderr.isatty())
     with show, _sigterm_ends_the_run():
-        report = run_diagnosis(args.target or "", settings=settings, checks=args.checks, max_tier=args.tier,
-                               local=args.local, hosts=hosts, progress=show.update)
+        request = HostRequest(args.target or "", tuple(args.checks or ()), args.tier)
+        report = pipeline.diagnose(request, local=args.local, hosts=hosts, progress=show.update)
     if args.raw:
         args.raw.write_text(report.raw_text(), encoding="utf-8")
     from bot.runner.fleet_view import fleet_view

@@ -63,9 +63,9 @@ def run_kb_command(args: argparse.Namespace, settings: Any, *, stdin: TextIO | N
 
 def _growth(settings: Any) -> Any:
     from bot.kb_growth import KBGrowth
-    from bot.pipeline import Doctor
+    from bot.pipeline import Pipeline
 
-    return KBGrowth.from_settings(settings, Doctor.from_settings(settings))
+    return KBGrowth.from_settings(settings, Pipeline.from_settings(settings))
 
 
 def _print(out: TextIO, *lines: str) -> None:
@@ -235,7 +235,7 @@ def _whoami() -> str:
 def _search(args: argparse.Namespace, settings: Any, stdin: TextIO, out: TextIO) -> int:
     text = stdin.read() if args.text == ["-"] else " ".join(args.text)
     growth = _growth(settings)
-    diagnosis = growth.engine.diagnose(text)
+    diagnosis = growth.pipeline.match(text)
     rows = []
     for m in diagnosis.matches[: max(1, args.k)]:
         rows.append({

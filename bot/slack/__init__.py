@@ -1,11 +1,11 @@
 """The Slack bot. Read in this order:
 
     app.py            the only slack_bolt import: WebClient, App, HTTP server, Socket Mode
-    service.py        SlackBot: engine + App + transport + /health, started and stopped together
+    service.py        SlackBot: pipeline + App + transport + /health, started and stopped together
     events/ commands/ actions/ shortcuts/ views/
                       one listener per file, named after Slack's own concepts; they parse, ack and
                       hand slow work to deps.workers
-    conversation.py   placeholder → engine → answer → progressive LLM text → files in the thread
+    conversation.py   placeholder → pipeline → answer → progressive LLM text → files in the thread
     blocks.py         pure Block Kit builders (golden-tested); mrkdwn.py escapes every untrusted string
     hosts.py          bridge to bot.runner for /vllm-diagnose; usergroups.py: the asker's user groups
     recent.py, thread_facts.py, store.py

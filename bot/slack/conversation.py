@@ -1,5 +1,5 @@
 """One diagnosis conversation in Slack, whatever the entry point (DM, mention, watch channel, file,
-/vllm-explain, message shortcut): placeholder in the thread → engine → answer → LLM text edited in
+/vllm-explain, message shortcut): placeholder in the thread → pipeline → answer → LLM text edited in
 progressively (with the host facts of the thread's last host diagnosis, if any) → long material as a
 file in the thread. Runs on a worker thread, never in an ack path.
 """
@@ -101,7 +101,7 @@ def diagnose_and_answer(deps: SlackDeps, client: Any, request: LogRequest) -> st
     post.placeholder(blocks.placeholder(lang=answer_language(locale, question_language(paste.text))))
 
     try:
-        diagnosis = deps.engine.diagnose(paste)
+        diagnosis = deps.pipeline.match(paste)
     except errors.UserInputError as exc:
         post.retract()
         tell_user(client, where, blocks.input_error(str(exc)))
@@ -184,13 +184,13 @@ def _stream_explanation(deps: SlackDeps, diagnosis: Diagnosis, build: Callable[.
     streamed = ""
     explanation: Any = None
     try:
-        for piece in deps.engine.explain_stream(diagnosis, host_facts=host_facts, language=lang):
+        for piece in deps.pipeline.explain_stream(diagnosis, host_facts=host_facts, language=lang):
             if isinstance(piece, str):
                 streamed += piece
                 post.progress(lambda text=streamed: build(streaming_text=text))
             else:
                 explanation = piece
-    except Exception:  # the engine promises KB-only on LLM trouble; anything else must not lose the answer
+    except Exception:  # the pipeline promises KB-only on LLM trouble; anything else must not lose the answer
         log.exception("explanation failed; keeping the KB answer")
     final = build(explanation=explanation) if explanation is not None else build()
     post.final(final)
@@ -213,7 +213,7 @@ def _outcome(deps: SlackDeps, case_id: str) -> str | None:
 
 def _case_or_none(deps: SlackDeps, case_id: str) -> Any:
     try:
-        return deps.engine.case(case_id)
+        return deps.pipeline.case(case_id)
     except Exception:  # noqa: BLE001 - a case missing from the KB only costs the fix section
         log.warning("case %s not found in the KB", case_id)
         return None

@@ -1,6 +1,6 @@
 """Everything the listeners need, built once at start-up and handed to `register(app, deps)`.
 
-Tests build the same object with a local fake Slack and the real engine; nothing here talks to Slack.
+Tests build the same object with a local fake Slack and the real pipeline; nothing here talks to Slack.
 """
 
 from __future__ import annotations
@@ -18,12 +18,12 @@ from bot.slack.thread_facts import ThreadFacts
 from bot.slack.work import Workers
 
 
-class Engine(Protocol):
-    """The part of bot.pipeline.Doctor the Slack bot uses."""
+class PastePipeline(Protocol):
+    """The explain-flow part of bot.pipeline.Pipeline the Slack listeners use."""
 
     kb: Any
 
-    def diagnose(self, text: str | bytes) -> Diagnosis: ...
+    def match(self, data: str | bytes) -> Diagnosis: ...
 
     def case(self, case_id: str) -> Any: ...
 
@@ -35,14 +35,14 @@ class Engine(Protocol):
 @dataclass
 class SlackDeps:
     settings: Settings
-    engine: Engine
+    pipeline: PastePipeline
     bot_token: str
     workers: Workers = field(default_factory=Workers)
     seen_events: SeenEvents = field(default_factory=SeenEvents)
     recent: RecentAnswers = field(default_factory=RecentAnswers)  # SlackBot backs both with bot/slack/store.py
     thread_facts: ThreadFacts = field(default_factory=ThreadFacts)  # last host diagnosis per thread
     locales: UserLocales = field(default_factory=UserLocales)  # users.info locale per user, cached
-    hosts: Any | None = None  # bot.slack.hosts.HostDiagnostics when bot.runner is installed and configured
+    hosts: Any | None = None  # bot.slack.hosts.HostDiagnostics (the diagnose flow) when an inventory is configured
     kb_growth: Any | None = None  # bot.kb_growth.KBGrowth: feedback votes, candidates for new cases
     bot_user_id: str | None = None  # filled from auth.test when the App starts
 
@@ -64,6 +64,6 @@ class SlackDeps:
 
     def kb_size(self) -> int:
         try:
-            return len(self.engine.kb.cases)
+            return len(self.pipeline.kb.cases)
         except (AttributeError, TypeError):
             return 0

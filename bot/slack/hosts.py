@@ -1,4 +1,4 @@
-"""Host diagnostics from Slack: the bridge between chat and bot.runner.
+"""Host diagnostics from Slack: the bridge between chat and the diagnose flow (Pipeline.diagnose).
 
     /vllm-diagnose gpu-01 [check … | tier N]     @bot diagnose gpu-01 (in a thread)
     "Run diagnostics on a host" button → host picker modal
@@ -23,6 +23,8 @@ from slack_sdk.errors import SlackApiError
 
 from bot.errors import DoctorError, UserInputError
 from bot.i18n import case_title
+from bot.models import HostRequest
+from bot.pipeline import Requester
 from bot.slack.conversation import Where, tell_user
 from bot.slack.reply import answer as blocks
 from bot.slack.thread_facts import ThreadHostFacts
@@ -38,7 +40,7 @@ NOT_CONFIGURED = (
 MAX_TIER = 2
 
 
-def load_host_diagnostics(settings: Any) -> HostDiagnostics | None:
+def load_host_diagnostics(settings: Any, pipeline: Any) -> HostDiagnostics | None:
     """The runner bridge when bot.runner is installed and an inventory is configured, else None."""
     if getattr(settings, "runner_inventory", None) is None:
         return None
@@ -46,7 +48,7 @@ def load_host_diagnostics(settings: Any) -> HostDiagnostics | None:
         import bot.runner  # noqa: F401 - presence check; the module is imported again where it is used
     except ImportError:
         return None
-    return HostDiagnostics(settings)
+    return HostDiagnostics(settings, pipeline)
 
 
 def parse_args(words: list[str]) -> tuple[list[str] | None, int]:
@@ -61,11 +63,13 @@ def parse_args(words: list[str]) -> tuple[list[str] | None, int]:
 
 
 class HostDiagnostics:
-    def __init__(self, settings: Any) -> None:
+    def __init__(self, settings: Any, pipeline: Any) -> None:
         from bot.runner.access import access_inventory
 
         access_inventory(settings)  # at start: an access rule naming an unknown host or group is a ConfigError
         self.settings = settings
+        # the bot's pipeline under the bot's own settings (inventory, access rules): KB and index shared
+        self.pipeline = pipeline.with_settings(settings) if pipeline is not None else None
         self.usergroups = UserGroupDirectory(ttl_s=getattr(settings, "slack_usergroup_cache_s", 60.0))
         self.fleet: Any | None = None  # bot.slack.fleet.FleetWorker when replicas share a database
 
@@ -99,21 +103,18 @@ class HostDiagnostics:
 
     def start(self, deps: Any, client: Any, where: Where, target: str, args: list[str]) -> None:
         """Validate and authorize now (file reads, and cached user-group look-ups), run on a worker."""
-        from bot.runner import authorize
-
         try:
             checks, tier = parse_args(args)
             groups = self._groups(client, where.user, where.channel)
-            hosts = authorize(where.user or "", where.channel, groups, target, self.settings, max_tier=tier)
+            request = HostRequest(target, tuple(checks or ()), tier)
+            hosts = self.pipeline.authorize(where.user or "", where.channel, groups, request)
         except DoctorError as exc:
             tell_user(client, where, blocks.input_error(str(exc)))
             return
-        deps.workers.submit(self._run, deps, client, where, target, hosts, checks, tier)
+        deps.workers.submit(self._run, deps, client, where, request, hosts)
 
-    def _run(self, deps: Any, client: Any, where: Where, target: str, hosts: list[Any], checks: list[str] | None,
-             tier: int) -> None:
-        from bot.runner import run_diagnosis
-
+    def _run(self, deps: Any, client: Any, where: Where, request: HostRequest, hosts: list[Any]) -> None:
+        target = request.target
         names = [h.name for h in hosts]
         lang = deps.locales.language_of(client, where.user) or "en"
         start = blocks.host_progress(target, names, None, lang)
@@ -131,15 +132,15 @@ class HostDiagnostics:
         channel = posted.get("channel", where.channel) if posted else where.channel
         thread_ts = where.thread_ts or ts
         if self.fleet is not None and ts:  # replicas: one job per host in the shared queue
-            self._enqueue(where, channel, ts, target, hosts, checks, tier)
+            self._enqueue(where, channel, ts, request, hosts)
             return
         ticker = _ProgressTicker(client, channel, ts, target, names, deps.settings.slack_update_interval_s)
         if ts:
             ticker.start()
         try:
-            report = run_diagnosis(
-                target, settings=self.settings, checks=checks, max_tier=tier, hosts=hosts,
-                progress=ticker.note, user_id=where.user, channel_id=where.channel, source="slack",
+            report = self.pipeline.diagnose(
+                request, hosts=hosts, progress=ticker.note,
+                requester=Requester(source="slack", user_id=where.user, channel_id=where.channel),
             )
         except DoctorError as exc:
             ticker.stop()
@@ -153,12 +154,7 @@ class HostDiagnostics:
             self._finish(client, where, channel, ts, blocks.internal_error(ref))
             return
         ticker.stop()
-        titles = {}
-        for case_id in report.case_ids():
-            try:
-                titles[case_id] = case_title(deps.engine.case(case_id), lang)
-            except Exception:  # noqa: BLE001 - a finding may name a case that was since removed
-                titles[case_id] = case_id
+        titles = self.pipeline.case_titles(report.case_ids(), lambda case: case_title(case, lang))
         from bot.slack.attachments import fleet_extras
 
         notes, pictures = fleet_extras(report, self.settings)
@@ -179,15 +175,13 @@ class HostDiagnostics:
                 except SlackApiError as exc:
                     log.warning("picture upload failed: %s", exc.response.get("error"))
 
-    def _enqueue(self, where: Where, channel: str, ts: str, target: str, hosts: list[Any],
-                 checks: list[str] | None, tier: int) -> None:
+    def _enqueue(self, where: Where, channel: str, ts: str, request: HostRequest, hosts: list[Any]) -> None:
         """The summary is posted by whichever replica stores the last host's result (bot/slack/fleet.py);
         the placeholder shows no live progress then: its edits could race the summary's."""
-        from bot.runner import planned_checks
-
+        target, checks, tier = request.target, list(request.checks) or None, request.max_tier
         names = [h.name for h in hosts]
         audit_run_id = self.audit().start(user_id=where.user, channel_id=where.channel, source="slack",
-                                          target=target, hosts=names, checks=planned_checks(self.settings, checks, tier),
+                                          target=target, hosts=names, checks=self.pipeline.planned_checks(request),
                                           max_tier=tier)
         spec = {"channel": channel, "ts": ts, "thread_ts": where.thread_ts, "checks": checks, "max_tier": tier,
                 "asker": where.user if not where.thread_ts else None}

@@ -289,7 +289,7 @@ def test_reviewer_approves_others_are_refused_and_the_next_paste_gets_the_new_ca
                    and new_id in json.dumps(c.params.get("blocks")) for c in calls)
 
     fake.wait_for(answered, 60)
-    assert bot.deps.engine.diagnose(NOFILE_LOG).verdict == "match"
+    assert bot.deps.pipeline.match(NOFILE_LOG).verdict == "match"
 
     again = sender.interactive(button(fake, kbb.ACTION_REVIEW_REJECT, sub_id, REVIEWER, review_ts, "late"))
     assert again.status == 200

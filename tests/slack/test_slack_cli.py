@@ -38,7 +38,7 @@ def test_missing_or_wrong_tokens_are_a_clear_config_error(settings: Any, http: b
     values = {"slack_bot_token": "xoxb-x", "slack_app_token": "xapp-x", "slack_signing_secret": "s",
               "slack_api_url": "http://127.0.0.1:9/api/", **missing}
     with pytest.raises(ConfigError, match=message):
-        SlackBot(settings.model_copy(update=values), engine=None, http=http)
+        SlackBot(settings.model_copy(update=values), pipeline=None, http=http)
 
 
 def test_serve_parser_options() -> None:

@@ -57,7 +57,7 @@ class Source:
 
 
 def register(app: Any, deps: SlackDeps, growth: KBGrowth | None = None) -> KBGrowth:
-    growth = growth or KBGrowth.from_settings(deps.settings, deps.engine, group_members=_group_lookup(app.client))
+    growth = growth or KBGrowth.from_settings(deps.settings, deps.pipeline, group_members=_group_lookup(app.client))
     deps.kb_growth = growth  # answers read outcomes and note unknown logs through it (conversation.py)
     deps.workers.submit(_warm, growth)
     app.shortcut(kbb.SHORTCUT_ADD_TO_KB)(_open_from_shortcut(deps, growth))
@@ -74,7 +74,7 @@ def register(app: Any, deps: SlackDeps, growth: KBGrowth | None = None) -> KBGro
 def _warm(growth: KBGrowth) -> None:
     """Distil the healthy logs and the KB examples once, so the first form check fits in the 3 s ack."""
     _ = growth.healthy
-    for case in growth.engine.kb.cases[:1]:
+    for case in growth.pipeline.kb.cases[:1]:
         growth.lint(case, replacing=case.id)
 
 
