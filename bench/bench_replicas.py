@@ -38,9 +38,8 @@ sys.path[:0] = [str(REPO), str(REPO / "tests"), str(REPO / "tests" / "slack")]
 from fake_slack import FakeSlack  # noqa: E402
 from postgres_support import start_postgres  # noqa: E402
 from replica_support import Replica, replica_env, start_replica, wait_ready  # noqa: E402
+from runner_support import start_fleet  # noqa: E402
 from slack_logs import KV_CACHE_CASE, KV_CACHE_LOG  # noqa: E402
-
-from tests.runner_support import start_fleet  # noqa: E402
 
 ALICE = "U0ALICE1"
 

@@ -24,10 +24,10 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
-from tests.runner_support import run_diagnosis, start_fleet  # noqa: E402
-from tests.sshd_support import sshd_path  # noqa: E402
+from runner_support import run_diagnosis, start_fleet  # noqa: E402
+from sshd_support import sshd_path  # noqa: E402
 
 VLLM_VENV = Path(os.environ.get("VLLM_VENV") or REPO / ".vllm-venv")
 

@@ -286,7 +286,8 @@ class Pipeline:
         cases = self._top_cases(diagnosis)
         explainer = self.explainer if use_llm else None
         if explainer is None:
-            return kb_only_explanation(diagnosis, cases, language=language, note=None, setting=self.settings.llm_language)
+            setting = self.settings.llm_language
+            return kb_only_explanation(diagnosis, cases, language=language, note=None, setting=setting)
         return explainer.explain(diagnosis, cases, host_facts=host_facts, language=language)
 
     def explain_stream(
@@ -374,7 +375,9 @@ class Pipeline:
 
         return resolve_target(target, self.settings)
 
-    def authorize(self, user_id: str, channel_id: str | None, usergroup_ids: set[str], request: HostRequest) -> list[Host]:
+    def authorize(
+        self, user_id: str, channel_id: str | None, usergroup_ids: set[str], request: HostRequest
+    ) -> list[Host]:
         """The hosts `user_id` may check from `channel_id` (default deny; PermissionDenied otherwise)."""
         from bot.runner.access import authorize
 
@@ -464,7 +467,9 @@ class Pipeline:
         audit.finish(run_id, report)
         return report
 
-    def check_hosts(self, hosts: list[Host], request: HostRequest, progress: Progress | None = None) -> list[HostReport]:
+    def check_hosts(
+        self, hosts: list[Host], request: HostRequest, progress: Progress | None = None
+    ) -> list[HostReport]:
         """Run the catalogue on already authorized hosts, without an audit row: one slice of a group run
         whose audit row the fleet queue's owner keeps (bot/runner/fleet.py)."""
         catalogue, selected = self._select(request)

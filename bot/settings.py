@@ -25,6 +25,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
     NoDecode,
@@ -59,7 +60,8 @@ def _comma_list(value: object) -> object:
 class _YamlFileSource(PydanticBaseSettingsSource):
     """Reads the YAML file named by VLLM_DOCTOR_CONFIG; keys are the env var names (any case)."""
 
-    def get_field_value(self, field, field_name):  # pragma: no cover - unused, __call__ does the work
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:  # pragma: no cover
+        # unused: __call__ does the work
         return None, field_name, False
 
     def __call__(self) -> dict[str, Any]:
@@ -438,7 +440,9 @@ class StorageSettings(BaseModel):
     )
 
 
-class Settings(StorageSettings, RunnerSettings, KBGrowthSettings, SlackSettings, LLMSettings, CoreSettings, BaseSettings):
+class Settings(
+    StorageSettings, RunnerSettings, KBGrowthSettings, SlackSettings, LLMSettings, CoreSettings, BaseSettings
+):
     """Every setting, grouped by concern in the classes above (flat access: `settings.llm_timeout_s`).
 
     A component that needs one concern may take that class (a Settings is each of them). Environment

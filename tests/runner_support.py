@@ -18,12 +18,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
+from sshd_support import SshdHarness, _free_port, start_sshd
 
 from bot.models import FleetReport, HostRequest
 from bot.pipeline import Pipeline, Progress, Requester
 from bot.runner.inventory import Host
 from bot.settings import RunnerAccessRule, Settings
-from tests.sshd_support import SshdHarness, _free_port, start_sshd
 
 FIXTURES = Path(__file__).resolve().parent / "runner_fixtures"
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"

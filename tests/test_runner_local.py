@@ -8,9 +8,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from runner_support import local_host, run_diagnosis
 
 from bot.settings import Settings
-from tests.runner_support import local_host, run_diagnosis
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -14,11 +14,11 @@ import time
 from pathlib import Path
 
 import pytest
+from runner_support import run_diagnosis
 
 from bot.runner.audit import AuditLog
 from bot.runner.transport import CommandResult
 from bot.settings import Settings
-from tests.runner_support import run_diagnosis
 
 REPO = Path(__file__).resolve().parent.parent
 

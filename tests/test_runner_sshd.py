@@ -16,16 +16,16 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from bot.runner.audit import AuditLog
-from tests.runner_support import (
+from runner_support import (
     run_diagnosis,
     spawn_foreign_gpu_process,
     spawn_orphan_vllm_worker,
     spawn_port_squatter,
     start_fleet,
 )
-from tests.sshd_support import require_sshd
+from sshd_support import require_sshd
+
+from bot.runner.audit import AuditLog
 
 pytestmark = pytest.mark.sshd
 REPO = Path(__file__).resolve().parent.parent

@@ -19,22 +19,26 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from bot.errors import DoctorError, UserInputError
+
+if TYPE_CHECKING:
+    from bot.pipeline import Pipeline
+    from bot.settings import Settings
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
-def _settings():
+def _settings() -> Settings:
     from bot.settings import get_settings
 
     return get_settings()
 
 
-def _pipeline():
+def _pipeline() -> Pipeline:
     from bot.pipeline import Pipeline
 
     return Pipeline.from_settings(_settings())
@@ -61,7 +65,7 @@ def _quote(text: str) -> str:
     return f"{text[:MATCH_EVIDENCE_CHARS]} … [{len(text) - MATCH_EVIDENCE_CHARS} more characters]"
 
 
-def match_to_json(m: Any, full: bool = True) -> dict:
+def match_to_json(m: Any, full: bool = True) -> dict[str, Any]:
     out = {
         "case_id": m.case_id,
         "title": m.title,
@@ -74,7 +78,7 @@ def match_to_json(m: Any, full: bool = True) -> dict:
     return out
 
 
-def facts_to_json(d: Any) -> dict:
+def facts_to_json(d: Any) -> dict[str, Any]:
     """What the log says about the setup (bot/facts.py): the facts it states, and the line of each."""
     facts = d.facts
     if facts is None:
@@ -83,7 +87,7 @@ def facts_to_json(d: Any) -> dict:
     return {name: {"value": value, "line": facts.sources.get(name)} for name, value in known.items()}
 
 
-def diagnosis_to_json(d: Any, explanation: Any = None, language: str | None = None) -> dict:
+def diagnosis_to_json(d: Any, explanation: Any = None, language: str | None = None) -> dict[str, Any]:
     """language: the answer's language (--lang, the setting, else the paste's); defaults to the paste's."""
     return {
         "verdict": d.verdict,
@@ -304,7 +308,8 @@ def cmd_index(args: argparse.Namespace) -> int:
         pipeline.rebuild_index()
     else:
         _ = pipeline.index
-    print(f"index ready: {len(pipeline.kb.cases)} cases in {pipeline.settings.index_dir} ({time.perf_counter() - started:.1f} s)")
+    elapsed = time.perf_counter() - started
+    print(f"index ready: {len(pipeline.kb.cases)} cases in {pipeline.settings.index_dir} ({elapsed:.1f} s)")
     return 0
 
 
@@ -426,7 +431,8 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger("bot.cli.main").debug("unexpected error", exc_info=True)
         from bot.redact import redact
 
-        print(f"error: unexpected {type(exc).__name__}: {redact(str(exc))[:300]} (run with -v for details)", file=sys.stderr)
+        message = redact(str(exc))[:300]
+        print(f"error: unexpected {type(exc).__name__}: {message} (run with -v for details)", file=sys.stderr)
         return 1
 
 

@@ -10,7 +10,8 @@ them for this log, in the asker's language. Every path ends in an Explanation:
     invalid JSON, unknown case id,
     empty answer                    → KB answer, note says what was wrong with the LLM's answer
 
-This module holds the KB-only answer and the orchestration (the Explanation value is in bot/models.py); the parts live next to it:
+This module holds the KB-only answer and the orchestration (the Explanation value is in bot/models.py);
+the parts live next to it:
     bot/explain/prompt.py  prompt rendering from bot/explain/prompts/*.j2, evidence selection, context budget
     bot/explain/answer.py  answer schema (grounding), validation, streaming preview
     bot/explain/resilience.py      circuit breaker and answer cache

@@ -123,7 +123,8 @@ def _evidence_by_priority(lines: Sequence[LogLine]) -> list[LogLine]:
 
 
 def _select(ordered: Sequence[LogLine], char_budget: int) -> list[LogLine]:
-    kept, used = [], 0
+    kept: list[LogLine] = []
+    used = 0
     for ln in ordered:
         cost = len(ln.text) + 8
         if kept and used + cost > char_budget:

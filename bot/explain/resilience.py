@@ -51,7 +51,7 @@ class CircuitBreaker:
         with self._lock:
             if self._opened_at is None:
                 return 0.0
-            return max(0.0, self.cooldown_s - (self._clock() - self._opened_at))
+            return max(0.0, self.cooldown_s - (float(self._clock()) - self._opened_at))
 
     def success(self) -> None:
         with self._lock:

@@ -161,7 +161,8 @@ class SharedAnswerCache:
             with self.db.write() as conn:
                 conn.execute(
                     "INSERT INTO llm_answers (model, prompt_hash, answer, created) VALUES (?, ?, ?, ?) "
-                    "ON CONFLICT (model, prompt_hash) DO UPDATE SET answer = excluded.answer, created = excluded.created",
+                    "ON CONFLICT (model, prompt_hash) DO UPDATE SET answer = excluded.answer, "
+                    "created = excluded.created",
                     (*key, answer, self._clock()),
                 )
             with self._lock:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from bot.models import Diagnosis
+from bot.paste import Paste
 from bot.settings import Settings
 from bot.slack.locale import UserLocales
 from bot.slack.recent import RecentAnswers
@@ -23,7 +24,7 @@ class PastePipeline(Protocol):
 
     kb: Any
 
-    def match(self, data: str | bytes) -> Diagnosis: ...
+    def match(self, data: str | bytes | Paste) -> Diagnosis: ...
 
     def case(self, case_id: str) -> Any: ...
 

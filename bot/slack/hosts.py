@@ -22,7 +22,7 @@ from typing import Any
 from slack_sdk.errors import SlackApiError
 
 from bot.errors import DoctorError, UserInputError
-from bot.i18n import case_title
+from bot.i18n import Language, case_title
 from bot.models import HostRequest
 from bot.pipeline import Requester
 from bot.slack.conversation import Where, tell_user
@@ -69,9 +69,9 @@ class HostDiagnostics:
         access_inventory(settings)  # at start: an access rule naming an unknown host or group is a ConfigError
         self.settings = settings
         # the bot's pipeline under the bot's own settings (inventory, access rules): KB and index shared
-        self.pipeline = pipeline.with_settings(settings) if pipeline is not None else None
+        self.pipeline: Any = pipeline.with_settings(settings) if pipeline is not None else None
         self.usergroups = UserGroupDirectory(ttl_s=getattr(settings, "slack_usergroup_cache_s", 60.0))
-        self.fleet: Any | None = None  # bot.slack.fleet.FleetWorker when replicas share a database
+        self.fleet: Any = None  # bot.slack.fleet.FleetWorker when replicas share a database
 
     def audit(self) -> Any:
         from bot.runner.audit import AuditLog
@@ -116,7 +116,7 @@ class HostDiagnostics:
     def _run(self, deps: Any, client: Any, where: Where, request: HostRequest, hosts: list[Any]) -> None:
         target = request.target
         names = [h.name for h in hosts]
-        lang = deps.locales.language_of(client, where.user) or "en"
+        lang: Language = deps.locales.language_of(client, where.user) or "en"
         start = blocks.host_progress(target, names, None, lang)
         kwargs: dict[str, Any] = {"channel": where.channel, **start.as_kwargs()}
         if where.thread_ts:

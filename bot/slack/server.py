@@ -82,6 +82,7 @@ class SlackBot:
             self.fleet = FleetWorker(FleetQueue(open_database(settings.database_url)), self.deps, self.client,
                                      owner=self.replica_id)
             self.deps.hosts.fleet = self.fleet
+        self._draining = False
         self._socket: SocketModeConnection | None = None
         if not http:
             self._socket = SocketModeConnection(self.app, settings.slack_app_token or "")

@@ -14,8 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from slack_support import BOT_TOKEN, SIGNING_SECRET, SlackSender
-
-from tests.sshd_support import _free_port
+from sshd_support import _free_port
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -14,12 +14,12 @@ import pytest
 from fake_openai import FakeOpenAI
 from fake_slack import BOT_USER_ID, FakeSlack
 from host_support import final_report
+from runner_support import start_fleet
 from slack_logs import KV_CACHE_CASE, KV_CACHE_LOG
+from sshd_support import require_sshd
 
 from bot.pipeline import Pipeline
 from bot.settings import RunnerAccessRule
-from tests.runner_support import start_fleet
-from tests.sshd_support import require_sshd
 
 pytestmark = pytest.mark.sshd
 
