@@ -1,5 +1,5 @@
-"""`@vLLM Pipeline <log>` in a channel or thread; `@vLLM Pipeline` alone in the thread of a pasted log;
-`@vLLM Pipeline diagnose host01 [check…]` (slash commands do not work inside threads)."""
+"""`@vLLM Doctor <log>` in a channel or thread; `@vLLM Doctor` alone in the thread of a pasted log;
+`@vLLM Doctor diagnose host01 [check…]` (slash commands do not work inside threads)."""
 
 from __future__ import annotations
 

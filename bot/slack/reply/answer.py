@@ -363,10 +363,10 @@ def internal_error(ref: str) -> Message:
     )
 
 
-HELP_TEXT = """*vLLM Pipeline* reads vLLM error logs and tells you the likely cause and the fix, from the team's knowledge base (and the team's LLM when configured).
+HELP_TEXT = """*vLLM Doctor* reads vLLM error logs and tells you the likely cause and the fix, from the team's knowledge base (and the team's LLM when configured).
 
 *Ask about a log*
-• Paste a log in a DM to me, or mention me with it: `@vLLM Pipeline <log>` (works in threads too)
+• Paste a log in a DM to me, or mention me with it: `@vLLM Doctor <log>` (works in threads too)
 • Mention me with nothing else in the thread of a pasted log to diagnose that log
 • `/vllm-explain <log>` in any channel I am in
 • Upload the log as a file or snippet in a DM or with a mention (text files up to {max_mb} MB)
@@ -374,7 +374,7 @@ HELP_TEXT = """*vLLM Pipeline* reads vLLM error logs and tells you the likely ca
 {watch}
 *Check a GPU host*
 • `/vllm-diagnose <host or group> [check …]` or `/vllm-diagnose <host> tier <N>`
-• `@vLLM Pipeline diagnose <host>` inside a thread
+• `@vLLM Doctor diagnose <host>` inside a thread
 {runner}
 *On every answer*
 • *Fixed it* / *Didn't help* tell the team whether the KB case worked
@@ -389,7 +389,7 @@ def help_message(*, max_bytes: int, watch_channels: Sequence[str], runner_enable
         watch = f"• I also answer error logs posted in {links}\n"
     runner = "" if runner_enabled else "_Host diagnostics are not configured on this bot yet._\n"
     text = HELP_TEXT.format(max_mb=max(1, max_bytes // (1024 * 1024)), watch=watch, runner=runner)
-    return Message(text="How to use vLLM Pipeline", blocks=[_section(text.strip(), "help")])
+    return Message(text="How to use vLLM Doctor", blocks=[_section(text.strip(), "help")])
 
 
 def home_view(
@@ -406,7 +406,7 @@ def home_view(
 ) -> dict[str, Any]:
     """The App Home tab: usage, KB size, the viewer's recent diagnoses (in the viewer's language)."""
     now = time.time() if now is None else now
-    blocks: list[dict[str, Any]] = [_header("vLLM Pipeline")]
+    blocks: list[dict[str, Any]] = [_header("vLLM Doctor")]
     stats = [
         f":books: {t('slack.home.cases', lang, n=kb_size)}",
         f":robot_face: {t('slack.home.llm_on' if llm_enabled else 'slack.home.llm_off', lang)}",
