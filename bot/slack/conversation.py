@@ -26,7 +26,8 @@ from bot.slack.locale import answer_language
 from bot.slack.progress import ThrottledUpdater
 from bot.slack.recent import AnswerRecord
 from bot.slack.reply import answer as blocks
-from bot.slack.reply.answer import Message
+from bot.slack.reply import kit
+from bot.slack.reply.kit import Message
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +92,7 @@ def diagnose_and_answer(deps: SlackDeps, client: Any, request: LogRequest) -> st
         paste = gather_text(deps, client, request)
     except errors.UserInputError as exc:
         if not request.only_if_log_like:  # nobody asked: stay quiet
-            tell_user(client, where, blocks.input_error(str(exc)))
+            tell_user(client, where, kit.input_error(str(exc)))
         return None
     if request.only_if_log_like and not looks_like_error_log(paste.text):
         return None
@@ -104,12 +105,12 @@ def diagnose_and_answer(deps: SlackDeps, client: Any, request: LogRequest) -> st
         diagnosis = deps.pipeline.match(paste)
     except errors.UserInputError as exc:
         post.retract()
-        tell_user(client, where, blocks.input_error(str(exc)))
+        tell_user(client, where, kit.input_error(str(exc)))
         return None
     except Exception:
         ref = secrets.token_hex(4)
         log.exception("diagnosis failed (ref %s) channel=%s thread=%s", ref, where.channel, where.thread_ts)
-        post.final(blocks.internal_error(ref))
+        post.final(kit.internal_error(ref))
         return None
 
     metrics.VERDICTS.labels(verdict=diagnosis.verdict).inc()

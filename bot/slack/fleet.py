@@ -22,7 +22,7 @@ from bot.errors import DoctorError
 from bot.models import FleetReport, HostReport, HostRequest
 from bot.ops import metrics
 from bot.runner.fleet import FleetQueue, FleetRun, Job
-from bot.slack.reply import answer as blocks
+from bot.slack.reply import hosts as host_blocks
 from bot.slack.thread_facts import ThreadHostFacts
 from bot.storage import StorageError
 
@@ -188,7 +188,7 @@ class FleetWorker:
         from bot.slack.attachments import fleet_extras
 
         notes, pictures = fleet_extras(report, self.deps.settings)
-        message = blocks.host_report(report, kb_titles=titles, asker=spec.get("asker"), fleet_notes=notes)
+        message = host_blocks.host_report(report, kb_titles=titles, asker=spec.get("asker"), fleet_notes=notes)
         channel, ts, thread_ts = spec["channel"], spec.get("ts"), spec.get("thread_ts")
         if ts:
             self.client.chat_update(channel=channel, ts=ts, **message.as_kwargs())

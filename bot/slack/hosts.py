@@ -26,7 +26,8 @@ from bot.i18n import Language, case_title
 from bot.models import HostRequest
 from bot.pipeline import Requester
 from bot.slack.conversation import Where, tell_user
-from bot.slack.reply import answer as blocks
+from bot.slack.reply import hosts as host_blocks
+from bot.slack.reply import kit
 from bot.slack.thread_facts import ThreadHostFacts
 from bot.slack.usergroups import UserGroupDirectory, rule_groups
 
@@ -109,7 +110,7 @@ class HostDiagnostics:
             request = HostRequest(target, tuple(checks or ()), tier)
             hosts = self.pipeline.authorize(where.user or "", where.channel, groups, request)
         except DoctorError as exc:
-            tell_user(client, where, blocks.input_error(str(exc)))
+            tell_user(client, where, kit.input_error(str(exc)))
             return
         deps.workers.submit(self._run, deps, client, where, request, hosts)
 
@@ -117,7 +118,7 @@ class HostDiagnostics:
         target = request.target
         names = [h.name for h in hosts]
         lang: Language = deps.locales.language_of(client, where.user) or "en"
-        start = blocks.host_progress(target, names, None, lang)
+        start = host_blocks.host_progress(target, names, None, lang)
         kwargs: dict[str, Any] = {"channel": where.channel, **start.as_kwargs()}
         if where.thread_ts:
             kwargs["thread_ts"] = where.thread_ts
@@ -144,21 +145,21 @@ class HostDiagnostics:
             )
         except DoctorError as exc:
             ticker.stop()
-            message = blocks.input_error(str(exc))
+            message = kit.input_error(str(exc))
             self._finish(client, where, channel, ts, message)
             return
         except Exception:
             ticker.stop()
             ref = secrets.token_hex(4)
             log.exception("host diagnosis of %s failed (ref %s)", target, ref)
-            self._finish(client, where, channel, ts, blocks.internal_error(ref))
+            self._finish(client, where, channel, ts, kit.internal_error(ref))
             return
         ticker.stop()
         titles = self.pipeline.case_titles(report.case_ids(), lambda case: case_title(case, lang))
         from bot.slack.attachments import fleet_extras
 
         notes, pictures = fleet_extras(report, self.settings)
-        message = blocks.host_report(report, kb_titles=titles, asker=where.user if not where.thread_ts else None,
+        message = host_blocks.host_report(report, kb_titles=titles, asker=where.user if not where.thread_ts else None,
                                      lang=lang, fleet_notes=notes)
         self._finish(client, where, channel, ts, message)
         if thread_ts and (facts := ThreadHostFacts.from_report(channel, thread_ts, report)) is not None:
@@ -189,7 +190,7 @@ class HostDiagnostics:
         self.fleet.poke()
 
     @staticmethod
-    def _finish(client: Any, where: Where, channel: str, ts: str | None, message: blocks.Message) -> None:
+    def _finish(client: Any, where: Where, channel: str, ts: str | None, message: kit.Message) -> None:
         if ts:
             client.chat_update(channel=channel, ts=ts, **message.as_kwargs())
         elif where.respond is not None:
@@ -227,7 +228,7 @@ class _ProgressTicker:
                 continue
             self._shown = latest
             try:
-                message = blocks.host_progress(self._target, self._hosts, latest)
+                message = host_blocks.host_progress(self._target, self._hosts, latest)
                 self._client.chat_update(channel=self._channel, ts=self._ts, **message.as_kwargs())
             except Exception as exc:  # noqa: BLE001 - progress is best effort
                 log.warning("progress update failed: %s", exc)
@@ -235,6 +236,6 @@ class _ProgressTicker:
 
 def start_host_diagnosis(deps: Any, client: Any, where: Where, target: str, args: list[str]) -> None:
     if deps.hosts is None:
-        tell_user(client, where, blocks.notice(NOT_CONFIGURED, ":desktop_computer:"))
+        tell_user(client, where, kit.notice(NOT_CONFIGURED, ":desktop_computer:"))
         return
     deps.hosts.start(deps, client, where, target, args)

@@ -11,7 +11,7 @@ from bot.slack.files import allowed_download, decode_text
 from bot.slack.hosts import parse_args
 from bot.slack.incoming import host_request, mentions_user, slack_to_plain, strip_bot_mention
 from bot.slack.progress import ThrottledUpdater
-from bot.slack.reply.answer import Message
+from bot.slack.reply.kit import Message
 from bot.slack.seen_events import SeenEvents
 
 

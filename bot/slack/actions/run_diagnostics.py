@@ -9,14 +9,15 @@ from typing import Any
 
 from bot.slack.deps import SlackDeps
 from bot.slack.hosts import NOT_CONFIGURED
-from bot.slack.reply import answer as blocks
+from bot.slack.reply import hosts as host_blocks
+from bot.slack.reply import kit
 
 
 def run_diagnostics(deps: SlackDeps) -> Callable[..., None]:
     def on_run_diagnostics(ack: Any, body: dict[str, Any], action: dict[str, Any], client: Any, respond: Any) -> None:
         ack()
         if deps.hosts is None:
-            message = blocks.notice(NOT_CONFIGURED, ":desktop_computer:")
+            message = kit.notice(NOT_CONFIGURED, ":desktop_computer:")
             respond(text=message.text, blocks=message.blocks, response_type="ephemeral", replace_original=False)
             return
         container = body.get("container") or {}
@@ -31,7 +32,7 @@ def run_diagnostics(deps: SlackDeps) -> Callable[..., None]:
         )
         client.views_open(
             trigger_id=body["trigger_id"],
-            view=blocks.host_picker_view(
+            view=host_blocks.host_picker_view(
                 private_metadata=metadata,
                 hosts_hint=deps.hosts.picker_hint(client, (body.get("user") or {}).get("id"), channel),
                 lang=deps.locales.language_of(client, (body.get("user") or {}).get("id")) or "en",

@@ -8,7 +8,8 @@ from typing import Any
 from bot.slack.conversation import Where
 from bot.slack.deps import SlackDeps
 from bot.slack.hosts import NOT_CONFIGURED, start_host_diagnosis
-from bot.slack.reply import answer as blocks
+from bot.slack.reply import home as home_blocks
+from bot.slack.reply import kit
 
 
 def vllm_diagnose(deps: SlackDeps) -> Callable[..., None]:
@@ -16,7 +17,7 @@ def vllm_diagnose(deps: SlackDeps) -> Callable[..., None]:
         words = (command.get("text") or "").split()
         if not words or words[0].lower() in ("help", "-h", "--help", "?"):
             ack(
-                **blocks.help_message(
+                **home_blocks.help_message(
                     max_bytes=deps.max_bytes,
                     watch_channels=sorted(deps.watch_channels),
                     runner_enabled=deps.runner_enabled,
@@ -24,7 +25,7 @@ def vllm_diagnose(deps: SlackDeps) -> Callable[..., None]:
             )
             return
         if deps.hosts is None:
-            ack(**blocks.notice(NOT_CONFIGURED).as_kwargs())
+            ack(**kit.notice(NOT_CONFIGURED).as_kwargs())
             return
         ack()
         where = Where(channel=command["channel_id"], user=command.get("user_id"), thread_ts=None, respond=respond)

@@ -11,7 +11,7 @@ from bot.slack.conversation import LogRequest, Where, diagnose_and_answer
 from bot.slack.deps import SlackDeps
 from bot.slack.files import check_text_size
 from bot.slack.incoming import slack_to_plain
-from bot.slack.reply import answer as blocks
+from bot.slack.reply import kit
 
 USAGE = (
     "Usage: `/vllm-explain <paste the error log>`. For a long log, attach it as a file in a DM to me or "
@@ -23,12 +23,12 @@ def vllm_explain(deps: SlackDeps) -> Callable[..., None]:
     def on_vllm_explain(ack: Any, command: dict[str, Any], client: Any, respond: Any) -> None:
         text = slack_to_plain(command.get("text") or "")
         if not text.strip() or text.strip().lower() == "help":
-            ack(**blocks.notice(USAGE).as_kwargs())
+            ack(**kit.notice(USAGE).as_kwargs())
             return
         try:
             check_text_size(text, deps.max_bytes, "That log")
         except UserInputError as exc:
-            ack(**blocks.input_error(str(exc)).as_kwargs())
+            ack(**kit.input_error(str(exc)).as_kwargs())
             return
         ack()
         where = Where(channel=command["channel_id"], user=command.get("user_id"), thread_ts=None, respond=respond)

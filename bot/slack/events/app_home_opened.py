@@ -7,7 +7,7 @@ from typing import Any
 
 from bot.i18n import Language
 from bot.slack.deps import SlackDeps
-from bot.slack.reply import answer as blocks
+from bot.slack.reply import home as home_blocks
 from bot.slack.reply import kb_growth as kbb
 
 
@@ -23,7 +23,7 @@ def app_home_opened(deps: SlackDeps) -> Callable[..., None]:
 
 
 def home_for(deps: SlackDeps, user: str, lang: Language = "en") -> dict[str, Any]:
-    view = blocks.home_view(
+    view = home_blocks.home_view(
         user_id=user,
         kb_size=deps.kb_size(),
         recent=deps.recent.for_user(user),

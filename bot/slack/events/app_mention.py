@@ -10,7 +10,7 @@ from bot.slack.conversation import LogRequest, Where, diagnose_and_answer, tell_
 from bot.slack.deps import SlackDeps
 from bot.slack.hosts import start_host_diagnosis
 from bot.slack.incoming import host_request, slack_to_plain, strip_bot_mention
-from bot.slack.reply import answer as blocks
+from bot.slack.reply import home as home_blocks
 
 
 def app_mention(deps: SlackDeps) -> Callable[..., None]:
@@ -35,7 +35,7 @@ def app_mention(deps: SlackDeps) -> Callable[..., None]:
         tell_user(
             client,
             where,
-            blocks.help_message(
+            home_blocks.help_message(
                 max_bytes=deps.max_bytes, watch_channels=sorted(deps.watch_channels), runner_enabled=deps.runner_enabled
             ),
         )

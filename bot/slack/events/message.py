@@ -15,7 +15,7 @@ from bot.slack.conversation import LogRequest, Where, diagnose_and_answer, tell_
 from bot.slack.deps import SlackDeps
 from bot.slack.heuristics import looks_like_error_log
 from bot.slack.incoming import mentions_user, slack_to_plain
-from bot.slack.reply import answer as blocks
+from bot.slack.reply import kit
 from kb.glossary import default_glossary
 
 _ANSWERED_SUBTYPES = {None, "file_share", "thread_broadcast"}
@@ -42,7 +42,7 @@ def message(deps: SlackDeps) -> Callable[..., None]:
                     or is_deployment_question(plain, default_glossary())):
                 deps.workers.submit(diagnose_and_answer, deps, client, LogRequest(where, plain, files))
             else:
-                tell_user(client, where, blocks.notice(
+                tell_user(client, where, kit.notice(
                     "Send me a vLLM error log (paste it, or attach it as a file) and I will look for the cause, or "
                     "ask a question about your deployment (English or 中文). "
                     "`/vllm-diagnose help` shows everything I can do."

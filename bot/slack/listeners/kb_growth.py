@@ -31,8 +31,8 @@ from bot.slack.deps import SlackDeps
 from bot.slack.files import fetch_file_text
 from bot.slack.heuristics import looks_like_error_log
 from bot.slack.incoming import slack_to_plain
-from bot.slack.reply import answer as blocks
 from bot.slack.reply import kb_growth as kbb
+from bot.slack.reply import kit
 from bot.slack.reply.mrkdwn import escape, escape_limited, user_mention
 
 log = logging.getLogger(__name__)
@@ -61,9 +61,9 @@ def register(app: Any, deps: SlackDeps, growth: KBGrowth | None = None) -> KBGro
     deps.kb_growth = growth  # answers read outcomes and note unknown logs through it (conversation.py)
     deps.workers.submit(_warm, growth)
     app.shortcut(kbb.SHORTCUT_ADD_TO_KB)(_open_from_shortcut(deps, growth))
-    app.action(blocks.ACTION_ADD_KB_CASE)(_open_from_answer(deps, growth))
-    app.action(blocks.ACTION_FIXED)(_feedback(deps, growth, "fixed"))
-    app.action(blocks.ACTION_NOT_HELPFUL)(_feedback(deps, growth, "not_helpful"))
+    app.action(kit.ACTION_ADD_KB_CASE)(_open_from_answer(deps, growth))
+    app.action(kit.ACTION_FIXED)(_feedback(deps, growth, "fixed"))
+    app.action(kit.ACTION_NOT_HELPFUL)(_feedback(deps, growth, "not_helpful"))
     app.view(kbb.VIEW_CASE_FORM)(_form_submitted(deps, growth))
     app.view(kbb.VIEW_DUPLICATE)(_duplicate_chosen(deps, growth))
     app.action(kbb.ACTION_REVIEW_APPROVE)(_review(deps, growth, approve=True))

@@ -14,7 +14,7 @@ from typing import Any
 
 from bot.kb_growth.duplicates import Similar
 from bot.kb_growth.form import SEVERITIES, CaseForm
-from bot.slack.reply.answer import Message
+from bot.slack.reply.kit import Message
 from bot.slack.reply.mrkdwn import (
     code_block,
     escape,

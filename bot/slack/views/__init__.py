@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from bot.slack.deps import SlackDeps
-from bot.slack.reply import answer as blocks
+from bot.slack.reply import hosts as blocks
 from bot.slack.views.host_picker import host_picker_submitted
 
 

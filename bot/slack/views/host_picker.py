@@ -10,7 +10,7 @@ from typing import Any
 from bot.slack.conversation import Where
 from bot.slack.deps import SlackDeps
 from bot.slack.hosts import NOT_CONFIGURED, start_host_diagnosis
-from bot.slack.reply import answer as blocks
+from bot.slack.reply import hosts as blocks
 
 
 def host_picker_submitted(deps: SlackDeps) -> Callable[..., None]:
