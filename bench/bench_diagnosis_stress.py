@@ -26,7 +26,7 @@ sys.path.insert(0, str(REPO))
 
 from bot.errors import UserInputError  # noqa: E402
 from bot.evaluate import bury, load_healthy, load_labelled  # noqa: E402
-from bot.pipeline import Doctor  # noqa: E402
+from bot.pipeline import Pipeline  # noqa: E402
 
 # Real lines printed by ordinary vLLM start-ups (vllm-project/vllm issues #14025, #5104, #16141 and the
 # bundled healthy logs): none of them is a failure.
@@ -74,7 +74,7 @@ def truncate(log: str) -> str | None:
     return None
 
 
-def run(doctor: Doctor, items: list[dict[str, object]], variant: str, healthy: list[list[str]]) -> Tally:
+def run(doctor: Pipeline, items: list[dict[str, object]], variant: str, healthy: list[list[str]]) -> Tally:
     t = Tally()
     for i, it in enumerate(items):
         log, expected = str(it["log"]), it["expected"]
@@ -88,7 +88,7 @@ def run(doctor: Doctor, items: list[dict[str, object]], variant: str, healthy: l
                 continue
             log = cut
         try:
-            d = doctor.diagnose(log)
+            d = doctor.match(log)
         except UserInputError:
             continue
         ids = [m.case_id for m in d.matches]
@@ -116,7 +116,7 @@ def main() -> int:
     args = p.parse_args()
     items = load_labelled(Path(args.labelled))
     healthy = load_healthy(Path(args.labelled).parent / "healthy")
-    doctor = Doctor.from_settings()
+    doctor = Pipeline.from_settings()
     print("| variant | covered/uncovered | top-1 | top-3 | confident-wrong | abstain (uncovered) | correct match (covered) |")
     print("|---|---|---|---|---|---|---|")
     for variant in args.variants.split(","):

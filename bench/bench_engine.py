@@ -44,11 +44,11 @@ def main() -> int:
 
     from bot.distill import decode_input, distill
     from bot.facts import read_facts
-    from bot.pipeline import Doctor
+    from bot.pipeline import Pipeline
     from bot.settings import Settings
 
     noise = "\n".join(p.read_text() for p in sorted((REPO / "tests/eval/healthy").glob("*.log")))
-    doctor = Doctor.from_settings(Settings())
+    doctor = Pipeline.from_settings(Settings())
     error = doctor.case("kv-cache-no-memory").examples[0].log
     t = time.perf_counter()
     _ = doctor.matcher
@@ -61,11 +61,11 @@ def main() -> int:
         ("10 MB", 10_000_000, 5),
     ):
         log = make_log(size, noise, error)
-        doctor.diagnose(log)
+        doctor.match(log)
         times = []
         for _ in range(runs):
             t = time.perf_counter()
-            d = doctor.diagnose(log)
+            d = doctor.match(log)
             times.append((time.perf_counter() - t) * 1000)
         assert d.best and d.best.case_id == "kv-cache-no-memory", d.best
         rows.append((f"diagnose {label} (warm, KB-only)", statistics.median(times), pct(times, 0.95), "ms"))
@@ -92,7 +92,7 @@ def main() -> int:
     load_model = "from indexer.encoder import SentenceTransformerEncoder as E; E(None).encode(['x'])"
     for _ in range(args.cold_runs):
         t = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "bot.cli", "explain", "--no-llm", "--json", f.name], check=True,
+        subprocess.run([sys.executable, "-m", "bot.cli.main", "explain", "--no-llm", "--json", f.name], check=True,
                        capture_output=True, cwd=REPO)
         cold.append(time.perf_counter() - t)
         t = time.perf_counter()

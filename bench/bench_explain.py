@@ -6,7 +6,7 @@ Measures
   1. overhead of the explain step beyond the model's own generation: everything in Explainer.explain()
      except the chat request itself (rendering, redaction, /tokenize round trips, validation);
      target < 50 ms p50. Also the purely local part (no network) on its own.
-  2. end-to-end `explain` of a 100 KB log: Doctor.diagnose (real MiniLM retrieval) + Explainer.explain,
+  2. end-to-end `explain` of a 100 KB log: Pipeline.diagnose (real MiniLM retrieval) + Explainer.explain,
      p50/p95, on logs ending in different real KB example errors.
   3. fallback latency with the server down and the circuit open (target < 50 ms), and the cost of the
      failures that open it (connection refused).
@@ -54,9 +54,9 @@ def main() -> int:
     from llm_support import kb_cases, make_diagnosis
     from vllm_server import VLLMServer, free_port, make_tiny_model
 
-    from bot.explain import AnswerCache, CircuitBreaker, Explainer, parse_answer
-    from bot.llm import LLMClient
-    from bot.pipeline import Doctor
+    from bot.explain.explainer import AnswerCache, CircuitBreaker, Explainer, parse_answer
+    from bot.explain.llm import LLMClient
+    from bot.pipeline import Pipeline
     from bot.redact import redact
     from bot.settings import Settings
 
@@ -104,15 +104,15 @@ def main() -> int:
         )
 
         # 2. end-to-end on 100 KB logs
-        doctor = Doctor.from_settings(Settings())
+        doctor = Pipeline.from_settings(Settings())
         noise = "\n".join(p.read_text() for p in sorted((REPO / "tests/eval/healthy").glob("*.log")))
         errors = [c.examples[0].log for c in sorted(doctor.kb.cases, key=lambda c: c.id)]
-        doctor.diagnose(make_log(100_000, noise, errors[0]))  # warm: model + index
+        doctor.match(make_log(100_000, noise, errors[0]))  # warm: model + index
         e2e, diag_ms, expl_ms, e2e_sources = [], [], [], []
         for i in range(args.runs):
             text = make_log(100_000, noise, errors[i % len(errors)])
             t = time.perf_counter()
-            d = doctor.diagnose(text)
+            d = doctor.match(text)
             t_diag = time.perf_counter()
             out = exp.explain(d, [doctor.case(m.case_id) for m in d.matches[:3]])
             t_end = time.perf_counter()

@@ -6,7 +6,7 @@ On a temporary copy of kb/cases and of the search index (the repository's KB is 
 real MiniLM model, it measures per added case:
     lint       schema + KB rules (examples hit, healthy logs spared)           (the Slack form check)
     write      atomic YAML write under the file lock
-    re-index   Doctor.reload_if_changed: reload the KB, re-embed only the new case's documents
+    re-index   Pipeline.reload_if_changed: reload the KB, re-embed only the new case's documents
     match      the very next diagnose() of the case's own log, which must name the new case
 and the wall time of N concurrent adds (threads), with a check that the index matches the files.
 Target: re-index < 1 s. Prints a markdown table.
@@ -62,9 +62,9 @@ def main() -> int:
     ap.add_argument("--concurrent", type=int, default=20, help="cases added at once from threads")
     args = ap.parse_args()
 
-    from bot.kbstore import KBGrowth
-    from bot.kbstore.writer import Written
-    from bot.pipeline import Doctor
+    from bot.kb_growth import KBGrowth
+    from bot.kb_growth.writer import Written
+    from bot.pipeline import Pipeline
     from bot.settings import Settings
     from indexer.index import KBIndex
     from kb.loader import DEFAULT_CASES_DIR, load_kb
@@ -78,8 +78,8 @@ def main() -> int:
         settings = base.model_copy(update={"kb_dir": tmp / "cases", "index_dir": tmp / "index",
                                            "kb_db_path": tmp / "kb.sqlite3", "kb_git_commit": False})
         t = time.perf_counter()
-        doctor = Doctor.from_settings(settings)
-        doctor.diagnose("ValueError: No available memory for the cache blocks.")
+        doctor = Pipeline.from_settings(settings)
+        doctor.match("ValueError: No available memory for the cache blocks.")
         print(f"warm-up (index open/build + model load): {time.perf_counter() - t:.2f} s", file=sys.stderr)
         growth = KBGrowth(settings, doctor)
         growth.lint(doctor.kb.cases[0], replacing=doctor.kb.cases[0].id)  # distil the healthy logs/examples once
@@ -94,7 +94,7 @@ def main() -> int:
             t2 = time.perf_counter()
             doctor.reload_if_changed()
             t3 = time.perf_counter()
-            best = doctor.diagnose(case.examples[0].log).best
+            best = doctor.match(case.examples[0].log).best
             t4 = time.perf_counter()
             assert best is not None and best.case_id == written.case.id and best.signature_hit, best
             lint_ms.append((t1 - t0) * 1000)
@@ -120,7 +120,7 @@ def main() -> int:
             th.join()
         concurrent_s = time.perf_counter() - t
         assert not errors, errors
-        doctor.diagnose("warm")
+        doctor.match("warm")
         on_disk = load_kb(settings.kb_dir)
         assert set(doctor.index.case_ids) == set(on_disk.by_id()) and doctor.kb.content_hash == on_disk.content_hash
         reopened = KBIndex.open(on_disk, Path(settings.index_dir), lambda: doctor._encoder())

@@ -14,10 +14,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bot.memory_view import log_memory_bars, log_memory_title  # noqa: E402
-from bot.models import LogFacts  # noqa: E402
+from bot.models import (  # noqa: E402
+    CheckResult,
+    FleetReport,
+    HostReport,
+    LogFacts,  # noqa: E402
+)
 from bot.pictures import GridCell, fleet_grid_picture, memory_picture  # noqa: E402
 from bot.runner.fleet_diff import fleet_diff, fleet_facts  # noqa: E402
-from bot.runner.report import CheckResult, DiagnosisReport, HostReport  # noqa: E402
 
 
 def timed(fn, n: int) -> tuple[float, float]:
@@ -54,7 +58,7 @@ def main() -> None:
     cells = {(h, a): GridCell("ok") for h in hosts for a in areas}
     p50, p95 = timed(lambda: fleet_grid_picture(hosts, areas, cells, "fleet"), 10)
     print(f"fleet grid picture (40 hosts x 7 areas): p50 {p50:.0f} ms, p95 {p95:.0f} ms")
-    report = DiagnosisReport(target="fleet", hosts=[host(i) for i in range(200)])
+    report = FleetReport(target="fleet", hosts=[host(i) for i in range(200)])
     p50, p95 = timed(lambda: fleet_diff(fleet_facts(report)), 50)
     print(f"fleet diff, 200 hosts: p50 {p50:.1f} ms, p95 {p95:.1f} ms (target < 50 ms)")
 

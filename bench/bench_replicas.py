@@ -38,9 +38,8 @@ sys.path[:0] = [str(REPO), str(REPO / "tests"), str(REPO / "tests" / "slack")]
 from fake_slack import FakeSlack  # noqa: E402
 from postgres_support import start_postgres  # noqa: E402
 from replica_support import Replica, replica_env, start_replica, wait_ready  # noqa: E402
+from runner_support import start_fleet  # noqa: E402
 from slack_logs import KV_CACHE_CASE, KV_CACHE_LOG  # noqa: E402
-
-from tests.runner_support import start_fleet  # noqa: E402
 
 ALICE = "U0ALICE1"
 
@@ -123,7 +122,7 @@ def main() -> int:
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="bench-replicas-"))
     index_dir = workdir / "index"
-    subprocess.run([sys.executable, "-m", "bot.cli", "index"], cwd=REPO, check=True, capture_output=True,
+    subprocess.run([sys.executable, "-m", "bot.cli.main", "index"], cwd=REPO, check=True, capture_output=True,
                    env={**os.environ, "VLLM_DOCTOR_INDEX_DIR": str(index_dir)})
     hosts = {f"gpu-{i:03d}": (f"127.0.{1 + (i + 2) // 250}.{(i + 2) % 250 + 1}", "healthy") for i in range(args.hosts)}
     fleet = start_fleet(workdir / "fleet", hosts)

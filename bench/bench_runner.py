@@ -24,11 +24,10 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
-from bot.runner import run_diagnosis  # noqa: E402
-from tests.runner_support import start_fleet  # noqa: E402
-from tests.sshd_support import sshd_path  # noqa: E402
+from runner_support import run_diagnosis, start_fleet  # noqa: E402
+from sshd_support import sshd_path  # noqa: E402
 
 VLLM_VENV = Path(os.environ.get("VLLM_VENV") or REPO / ".vllm-venv")
 
@@ -78,7 +77,7 @@ def local_vs_collect_env() -> None:
     if have_venv:
         env["VLLM_DOCTOR_LOCAL_PYTHON"] = str(python)
     t = time.monotonic()
-    out = subprocess.run([sys.executable, "-m", "bot.cli", "diagnose", "--local", "--json", "--no-progress"],
+    out = subprocess.run([sys.executable, "-m", "bot.cli.main", "diagnose", "--local", "--json", "--no-progress"],
                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     local_s = time.monotonic() - t
     import json

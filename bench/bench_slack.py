@@ -30,9 +30,9 @@ from fake_slack import FakeSlack  # noqa: E402
 from slack_logs import KV_CACHE_CASE, KV_CACHE_LOG  # noqa: E402
 from slack_support import SlackSender, bot_settings  # noqa: E402
 
-from bot.pipeline import Doctor  # noqa: E402
+from bot.pipeline import Pipeline  # noqa: E402
 from bot.settings import Settings  # noqa: E402
-from bot.slack.service import SlackBot  # noqa: E402
+from bot.slack.server import SlackBot  # noqa: E402
 
 logging.getLogger("waitress.queue").setLevel(logging.ERROR)  # queue-depth warnings are the point of a burst
 
@@ -131,8 +131,8 @@ def main() -> int:
     index_dir = args.index_dir or tempfile.mkdtemp(prefix="bench-slack-index-")
     base = Settings(index_dir=Path(index_dir), kb_db_path=Path(tempfile.mkdtemp(prefix="bench-slack-kb-")) / "kb.sqlite3")
     print("loading the engine (KB, index, MiniLM)…", file=sys.stderr)
-    doctor = Doctor.from_settings(base)
-    doctor.diagnose(KV_CACHE_LOG)  # warm: index built/loaded, model loaded, first encode done
+    doctor = Pipeline.from_settings(base)
+    doctor.match(KV_CACHE_LOG)  # warm: index built/loaded, model loaded, first encode done
 
     fake = FakeSlack().start()
     bot = SlackBot(bot_settings(fake, base), doctor, http=True).start()

@@ -1,3 +1,3 @@
-from bot.cli import entry
+from bot.cli.main import entry
 
 entry()

@@ -34,7 +34,7 @@ from bot.eval_variants import StartupNoise, bury, load_warnings, partner_index, 
 from bot.match import Fusion, MatchParams, Mode
 
 if TYPE_CHECKING:
-    from bot.pipeline import Doctor
+    from bot.pipeline import Pipeline
 
 VARIANTS = ("clean", "noisy", "truncated", "two-failures")
 RETRIEVERS: tuple[tuple[str, Mode, Fusion], ...] = (
@@ -133,7 +133,7 @@ def _variant_logs(items: Sequence[LabelledLog], variant: str, noise: StartupNois
 
 
 def evaluate(
-    doctor: Doctor,
+    doctor: Pipeline,
     items: Sequence[LabelledLog],
     noise: StartupNoise | None,
     k: int = DEFAULT_FOLDS,
@@ -254,7 +254,7 @@ def sweep(outcomes: Sequence[Outcome], thresholds: tuple[float, ...] = (0.5, 0.5
     return "\n".join(rows)
 
 
-def run_eval(args: argparse.Namespace, doctor: Doctor) -> int:
+def run_eval(args: argparse.Namespace, doctor: Pipeline) -> int:
     path = Path(args.labelled)
     if not path.is_file():
         raise UserInputError(f"no such file: {path}")

@@ -120,7 +120,7 @@ _TEXT: dict[str, dict[Language, str]] = {
                      "zh": "vLLM 问题报告草稿（没有发送到任何地方；发布前请检查）"},
     "draft.expired": {"en": "That answer has expired; paste the log again to draft a report.",
                       "zh": "这条回答已过期；请重新粘贴日志再起草报告。"},
-    # Slack answer (bot/slack/blocks.py); mrkdwn markup stays in the builders
+    # Slack answer (bot/slack/reply/answer.py); mrkdwn markup stays in the builders
     "slack.head.match": {"en": "Likely cause: {title}", "zh": "最可能的原因：{title}"},
     "slack.head.uncertain": {"en": "Possible cause (not certain): {title}", "zh": "可能的原因（不确定）：{title}"},
     "slack.head.unknown": {"en": "No confident match in the knowledge base", "zh": "知识库中没有可靠的匹配"},

@@ -38,7 +38,7 @@ DENSE_FLOOR, DENSE_CEIL = 0.25, 0.80
 RETRIEVAL_MARGIN = 0.08
 # Candidates below this are not shown at all (ordinary chatter has nothing near it).
 MIN_SCORE = 0.10
-# Feedback prior ("Fixed it" / "Didn't help", bot/kbstore/feedback.py): added to a case's score, clamped here
+# Feedback prior ("Fixed it" / "Didn't help", bot/kb_growth/feedback.py): added to a case's score, clamped here
 # so no caller can move a ranking by more than this (docs/kb-growth.md).
 MAX_PRIOR = 0.03
 

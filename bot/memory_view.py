@@ -8,9 +8,8 @@ planned share no longer fits is the failing part.
 
 from __future__ import annotations
 
-from bot.models import LogFacts
+from bot.models import FleetReport, LogFacts
 from bot.pictures import MemoryBar, Segment
-from bot.runner.report import DiagnosisReport
 
 MIB_PER_GIB = 1024.0
 DEFAULT_UTILIZATION = 0.9  # vLLM's default gpu_memory_utilization
@@ -50,7 +49,7 @@ def log_memory_title(facts: LogFacts) -> str:
     return "GPU memory at start-up (from the log)"
 
 
-def host_memory_bars(report: DiagnosisReport, utilization: float = DEFAULT_UTILIZATION) -> tuple[MemoryBar, ...]:
+def host_memory_bars(report: FleetReport, utilization: float = DEFAULT_UTILIZATION) -> tuple[MemoryBar, ...]:
     """One bar per GPU of every host: used memory against total, and the share vLLM plans to take."""
     bars: list[MemoryBar] = []
     for host in report.hosts:

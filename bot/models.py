@@ -1,14 +1,26 @@
-"""Values that flow one way through the pipeline: raw text → Distilled → Diagnosis → (Explanation) → reply.
+"""Every value that crosses a stage boundary, for both flows (bot/pipeline.py composes the stages):
 
-Frozen dataclasses only; no behaviour that talks to the outside world.
+    explain (pastes):  Paste (bot/paste.py) → Distilled (LogLine) → Diagnosis (Match, Evidence) → Explanation
+                       LogFacts: what the log says about the setup
+    diagnose (hosts):  HostRequest → CheckResult per check → HostReport per host → FleetReport → reply
+                       HostFacts: a FleetReport's lines as the explain step's context
+
+Paste stays in bot/paste.py: only its entry functions may make one (secrets are redacted there, once).
+Plain dataclasses with pure helpers only; nothing here talks to the outside world or imports a stage.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Literal
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
 
 Verdict = Literal["match", "uncertain", "unknown"]
+Language = Literal["en", "zh"]
+Confidence = Literal["low", "medium", "high"]
+# Host facts the explain step may read: a mapping (rendered "key: value") or ready lines.
+HostFacts = Mapping[str, object] | Sequence[str]
 # Logger level of a line, read from the prefix that cleaning removed ("" = no level prefix).
 LogLevel = Literal["", "debug", "info", "warning", "error"]
 
@@ -32,7 +44,7 @@ class Distilled:
     query: str  # masked text (numbers, hex, paths, IPs) for BM25 and the dense encoder
     total_lines: int
     total_bytes: int
-    language: Literal["en", "zh"] = "en"  # language of the human text around the log
+    language: Language = "en"  # language of the human text around the log
     notes: tuple[str, ...] = ()  # e.g. "input truncated to the last 2 MB", "decoded as latin-1"
     cleaned: tuple[LogLine, ...] = ()  # all cleaned, de-duplicated lines (for signature scanning)
     truncated: bool = False  # the paste ends inside a traceback: its final exception line is missing
@@ -120,3 +132,193 @@ class LogFacts:
         """The facts the log states, in field order (for JSON and the answer)."""
         skip = ("sources", "quotes")
         return {k: v for k, v in self.__dict__.items() if k not in skip and v is not None}
+
+
+# --- explain: the answer ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Explanation:
+    """The answer to a paste: from the LLM (validated, cites a retrieved case) or the KB case text."""
+
+    case_id: str  # one of the retrieved case ids, or "none"
+    summary: str
+    why: str
+    fix_steps: list[str]
+    confidence: Confidence
+    language: Language
+    source: Literal["llm", "kb"]
+    note: str | None = None  # one line: why this is a KB-only answer, or anything the reader should know
+    model: str | None = None
+    cached: bool = False
+    timings: dict[str, float] = field(
+        default_factory=dict, compare=False
+    )  # ms: prepare, llm, validate, total
+
+    def text(self) -> str:
+        """Plain text: summary, why, numbered steps (what the stream previews while it is written)."""
+        parts = [p for p in (self.summary, self.why) if p]
+        steps = "\n".join(f"{i}. {s}" for i, s in enumerate(self.fix_steps, 1))
+        return "\n\n".join([*parts, steps] if steps else parts)
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["timings"] = {k: round(v, 1) for k, v in self.timings.items()}
+        return out
+
+
+# --- diagnose: hosts ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class HostRequest:
+    """What to check: an inventory host or group, which checks (ids or areas), up to which tier."""
+
+    target: str
+    checks: tuple[str, ...] = ()  # check ids or areas; empty = the whole catalogue up to max_tier
+    max_tier: int = 0
+
+
+CHECK_VERDICTS = ("ok", "skipped", "warn", "timeout", "error", "fail")  # worst last
+
+
+def worst(verdicts: list[str]) -> str:
+    return max(verdicts, key=CHECK_VERDICTS.index) if verdicts else "skipped"
+
+
+@dataclass
+class CheckResult:
+    """One check on one host: its verdict, the KB cases it points to, and its (redacted) output."""
+
+    id: str
+    title: str
+    verdict: str
+    message: str
+    cases: list[str] = field(default_factory=list)
+    duration_s: float = 0.0
+    tier: int = 0
+    why: str | None = None
+    command: str | None = None  # shown in the raw file, never executed from here
+    rc: int | None = None
+    stdout: str = ""  # redacted
+    stderr: str = ""  # redacted
+    facts: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def area(self) -> str:
+        return self.id.split(".", 1)[0]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "verdict": self.verdict, "message": self.message, "cases": list(self.cases),
+                "duration_s": round(self.duration_s, 3)}
+
+
+@dataclass
+class HostReport:
+    """Every check of one host, or why the host could not be checked at all."""
+
+    host: str
+    address: str | None = None
+    error: str | None = None  # the host could not be checked at all (unreachable, auth, host key)
+    # for scripts (`--json`): HostUnreachable / AuthFailed / HostKeyMismatch / RunnerError (the host cannot
+    # run the checks) / InternalError (a bug, reported per host); None when the host was checked
+    error_kind: str | None = None
+    checks: list[CheckResult] = field(default_factory=list)
+    duration_s: float = 0.0
+
+    @property
+    def verdict(self) -> str:
+        if self.error:
+            return "error"
+        return worst([c.verdict for c in self.checks])
+
+    def by_area(self) -> dict[str, str]:
+        """area -> worst verdict (for the host × area grid)."""
+        areas: dict[str, list[str]] = {}
+        for check in self.checks:
+            areas.setdefault(check.area, []).append(check.verdict)
+        return {area: worst(v) for area, v in areas.items()}
+
+    def check(self, check_id: str) -> CheckResult | None:
+        return next((c for c in self.checks if c.id == check_id), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"host": self.host, "error": self.error, "error_kind": self.error_kind,
+                "duration_s": round(self.duration_s, 3), "checks": [c.to_dict() for c in self.checks]}
+
+
+@dataclass
+class FleetReport:
+    """One diagnose run over a host or a group (`vllm-doctor diagnose --json` writes it)."""
+
+    target: str
+    hosts: list[HostReport]
+    max_tier: int = 0
+    checks_requested: list[str] | None = None
+    started_at: float = 0.0  # unix time
+    duration_s: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"target": self.target, "max_tier": self.max_tier, "duration_s": round(self.duration_s, 3),
+                "hosts": [h.to_dict() for h in self.hosts]}
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent, ensure_ascii=False)
+
+    @property
+    def verdict(self) -> str:
+        return worst([h.verdict for h in self.hosts])
+
+    def host(self, name: str) -> HostReport | None:
+        return next((h for h in self.hosts if h.host == name), None)
+
+    def findings(self) -> list[tuple[str, CheckResult]]:
+        """(host, result) for every check that is not ok/skipped, worst first."""
+        out = [(h.host, c) for h in self.hosts for c in h.checks if c.verdict not in ("ok", "skipped")]
+        return sorted(out, key=lambda hc: -CHECK_VERDICTS.index(hc[1].verdict))
+
+    def case_ids(self) -> list[str]:
+        """KB cases the findings point to, worst finding first, without duplicates."""
+        seen: list[str] = []
+        for _, result in self.findings():
+            seen += [c for c in result.cases if c not in seen]
+        return seen
+
+    def facts_for_prompt(self, host: str | None = None, max_chars: int = 3000) -> str:
+        """Short, redacted host facts for the explain step: one line per check, failures first (across
+        all hosts of a group, so one healthy host's lines cannot crowd out another's failures)."""
+        ranked: list[tuple[int, str]] = []
+        for report in self.hosts:
+            if host and report.host != host:
+                continue
+            if report.error:
+                ranked.append((CHECK_VERDICTS.index("error"), f"{report.host}: could not be checked: {report.error}"))
+                continue
+            for c in report.checks:
+                if c.verdict == "skipped":
+                    continue
+                ranked.append((CHECK_VERDICTS.index(c.verdict), f"{report.host} {c.id} [{c.verdict}]: {c.message}"))
+        ranked.sort(key=lambda item: -item[0])  # stable: host order, then catalogue order within a verdict
+        text = "\n".join(line for _, line in ranked)
+        return text if len(text) <= max_chars else text[: max_chars - 15] + "\n[… truncated]"
+
+    def raw_text(self) -> str:
+        """Every command, exit status and (redacted) output, for upload as a file in the thread."""
+        parts = [f"# vllm-doctor diagnose {self.target}  (tier ≤ {self.max_tier}, {self.duration_s:.1f} s)"]
+        for report in self.hosts:
+            parts.append(f"\n======== {report.host} ({report.address or report.host}) ========")
+            if report.error:
+                parts.append(f"HOST ERROR: {report.error}")
+                continue
+            shown: dict[tuple[str | None, str, str], str] = {}  # checks sharing one command share its output
+            for c in report.checks:
+                parts.append(f"\n--- {c.id} [{c.verdict}] {c.message}")
+                if c.command:
+                    parts.append(f"$ {c.command}   (rc {c.rc}, {c.duration_s:.2f} s)")
+                key = (c.command, c.stdout, c.stderr)
+                if c.command and key in shown:
+                    parts.append(f"(same output as {shown[key]} above)")
+                    continue
+                shown[key] = c.id
+                if c.stdout.strip():
+                    parts.append(c.stdout.rstrip())
+                if c.stderr.strip():
+                    parts.append("[stderr]\n" + c.stderr.rstrip())
+        return "\n".join(parts) + "\n"
+

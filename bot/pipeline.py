@@ -1,26 +1,46 @@
-"""The engine, read this first. Both flows start here and data flows one way:
+"""The composition root, read this first. Both flows start here; data flows one way through the stages:
 
-    paste  → decode_input (decode, check, redact: bot.paste) → distill → Matcher.match (signatures + BM25 + dense) → Diagnosis
-           → Explainer (optional LLM, falls back to the KB case) → reply (CLI / Slack)
+    explain (a paste):  decode_input (decode, check, redact: bot.paste) → distill → Matcher.rank
+                        (signatures + BM25 + dense) → Diagnosis → Explainer (optional LLM, falls back to
+                        the KB case) → reply (CLI / Slack)
+    diagnose (hosts):   HostRequest → access (validate, authorize) → inventory → catalogue → runner engine
+                        over SSH or locally → FleetReport → reply (CLI / Slack)
 
-`Doctor` owns the loaded KB, the index and the explainer; build it once per process.
+`Pipeline` is the dependency container (KB, index, matcher, explainer, inventory, catalogue, connector,
+audit log), built once per process. Its entry points: `match` / `explain` / `explain_stream` /
+`explain_paste` for pastes, `diagnose` (and `check_hosts` for one slice of a queued group run) for hosts.
+The CLI (bot/cli/) and every Slack listener (bot/slack/) call only these. Values are in bot/models.py.
 """
 
 from __future__ import annotations
 
+import asyncio
+import copy
+import getpass
 import logging
+import socket
 import threading
 import time
-from collections.abc import Iterator, Mapping
-from dataclasses import replace
+from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypeVar
 
 from bot.distill import distill, extra_keywords
-from bot.errors import IndexUnavailable
+from bot.errors import IndexUnavailable, UserInputError
 from bot.facts import read_facts
 from bot.match import Matcher, Mode, Thresholds, signature_literals
-from bot.models import Diagnosis, Distilled, LogFacts
+from bot.models import (
+    Diagnosis,
+    Distilled,
+    Explanation,
+    FleetReport,
+    HostFacts,
+    HostReport,
+    HostRequest,
+    LogFacts,
+)
 from bot.ops import metrics
 from bot.paste import Paste, decode_input
 from bot.question import QuestionMatcher, looks_like_question
@@ -30,12 +50,36 @@ from kb.loader import DEFAULT_CASES_DIR, KnowledgeBase, case_files, load_kb
 from kb.schema import Case
 
 if TYPE_CHECKING:
-    from bot.explain import Explainer, Explanation
+    from bot.explain.explainer import Explainer
+    from bot.runner.inventory import Host, Inventory
+    from bot.runner.transport import Connector
+    from kb.checks_schema import Check, CheckCatalogue
 
 log = logging.getLogger(__name__)
 
+Progress = Callable[[str], None]  # one short line per step ("gpu01: 12/34 checks"), best effort
+_T = TypeVar("_T")
 
-class Doctor:
+
+class Explained(NamedTuple):
+    """A paste's answer: the deterministic diagnosis and, when asked for, its explanation."""
+
+    diagnosis: Diagnosis
+    explanation: Explanation | None
+
+
+@dataclass(frozen=True)
+class Requester:
+    """Who asked for a host diagnosis, for the audit log (CLI: the login name)."""
+
+    source: Literal["cli", "slack"] = "cli"
+    user_id: str | None = None
+    channel_id: str | None = None
+
+
+class Pipeline:
+    """Everything both flows need, built once per process (`Pipeline.from_settings()`)."""
+
     def __init__(self, settings: Settings, kb: KnowledgeBase | None = None):
         self.settings = settings
         self.cases_dir = Path(settings.kb_dir) if settings.kb_dir else DEFAULT_CASES_DIR
@@ -61,7 +105,7 @@ class Doctor:
         )
 
     @classmethod
-    def from_settings(cls, settings: Settings | None = None) -> Doctor:
+    def from_settings(cls, settings: Settings | None = None) -> Pipeline:
         return cls(settings or get_settings())
 
     # -- KB and index ------------------------------------------------------------------------------
@@ -116,7 +160,7 @@ class Doctor:
 
     def _open_index(self, kb: KnowledgeBase, force_rebuild: bool = False) -> Any:
         """Open the index. The KB is read again under the index's directory lock, so a case another
-        process wrote meanwhile is indexed too (never lost from the saved index); this engine then
+        process wrote meanwhile is indexed too (never lost from the saved index); this pipeline then
         serves that newest KB."""
         from indexer.encoder import EncoderUnavailable
         from indexer.index import KBIndex
@@ -159,7 +203,7 @@ class Doctor:
     def matcher(self) -> Matcher:
         with self._lock:
             if self._matcher is None:
-                index = self.index  # first: opening it may move this engine to a newer KB
+                index = self.index  # first: opening it may move this pipeline to a newer KB
                 self._matcher = Matcher(self._kb, index, self.thresholds, priors=self._priors)
             return self._matcher
 
@@ -173,23 +217,25 @@ class Doctor:
             return self._question_matcher
 
     def set_priors(self, priors: Mapping[str, float] | None) -> None:
-        """Ranking prior per case from user feedback (bot.kbstore.feedback; clamped in bot.match)."""
+        """Ranking prior per case from user feedback (bot.kb_growth.feedback; clamped in bot.match)."""
         with self._lock:
             self._priors = priors
             self._matcher = None
 
-    # -- flow 1: paste → diagnosis -----------------------------------------------------------------
+    # -- explain: a paste → diagnosis ---------------------------------------------------------------
     def distil(self, data: str | bytes | Paste) -> tuple[Distilled, LogFacts]:
-        """decode (and redact) + distill + facts: what `diagnose` ranks a log on (the eval caches it per paste)."""
+        """decode (and redact) + distill + facts: what `match` ranks a log on (the eval caches it per paste)."""
         self.reload_if_changed()
         paste = decode_input(data, self.settings.max_input_bytes)
         return distill(paste, keywords=self._keywords), read_facts(paste.text)
 
-    def diagnose(
+    def match(
         self, data: str | bytes | Paste, mode: Mode = "hybrid", *,
         host_versions: Mapping[str, str] | None = None, host_label: str = "",
     ) -> Diagnosis:
-        """Raises bot.errors.UserInputError (EmptyInput, BinaryInput, InputTooLarge) for bad input.
+        """The deterministic part of the explain flow: decode, distill, match (or answer a question).
+
+        Raises bot.errors.UserInputError (EmptyInput, BinaryInput, InputTooLarge) for bad input.
         Raw input is decoded and redacted here (bot.paste) before anything else looks at it.
 
         host_versions: package → version from a /vllm-diagnose run of `host_label` (the same Slack thread);
@@ -221,39 +267,250 @@ class Doctor:
             notes=ranking.notes,
         )
 
-    # -- explanation (LLM when configured, KB-only otherwise) ----------------------------------------
+    # -- explain: diagnosis → explanation (LLM when configured, KB-only otherwise) --------------------
     @property
     def explainer(self) -> Explainer | None:
+        """The LLM explainer, or None when no LLM is configured (KB-only answers)."""
         if self._explainer is False:
-            from bot.explain import Explainer
+            from bot.explain.explainer import Explainer
 
             self._explainer = Explainer.from_settings(self.settings)
-        return self._explainer  # type: ignore[return-value]
+        return None if isinstance(self._explainer, bool) else self._explainer
 
     def _top_cases(self, diagnosis: Diagnosis) -> list[Case]:
         by_id = self._kb.by_id()
         return [by_id[m.case_id] for m in diagnosis.matches[:3] if m.case_id in by_id]
 
     def explain(
-        self, diagnosis: Diagnosis, host_facts: dict | None = None, language: str | None = None, use_llm: bool = True
+        self,
+        diagnosis: Diagnosis,
+        host_facts: HostFacts | None = None,
+        language: str | None = None,
+        use_llm: bool = True,
     ) -> Explanation:
-        from bot.explain import kb_only_explanation
+        """The explanation of a diagnosis: the LLM's when configured, else the KB case's own text."""
+        from bot.explain.explainer import kb_only_explanation
 
         cases = self._top_cases(diagnosis)
         explainer = self.explainer if use_llm else None
         if explainer is None:
-            return kb_only_explanation(diagnosis, cases, language=language, note=None, setting=self.settings.llm_language)
+            setting = self.settings.llm_language
+            return kb_only_explanation(diagnosis, cases, language=language, note=None, setting=setting)
         return explainer.explain(diagnosis, cases, host_facts=host_facts, language=language)
 
     def explain_stream(
-        self, diagnosis: Diagnosis, host_facts: dict | None = None, language: str | None = None
+        self, diagnosis: Diagnosis, host_facts: HostFacts | None = None, language: str | None = None
     ) -> Iterator[str | Explanation]:
-        from bot.explain import kb_only_explanation
+        """As explain, streamed: preview text pieces, then exactly one Explanation (Slack)."""
+        from bot.explain.explainer import kb_only_explanation
 
         cases = self._top_cases(diagnosis)
-        if self.explainer is None:
+        explainer = self.explainer
+        if explainer is None:
             yield kb_only_explanation(
                 diagnosis, cases, language=language, note=None, setting=self.settings.llm_language
             )
             return
-        yield from self.explainer.stream(diagnosis, cases, host_facts=host_facts, language=language)
+        yield from explainer.stream(diagnosis, cases, host_facts=host_facts, language=language)
+
+    def explain_paste(
+        self,
+        data: str | bytes | Paste,
+        *,
+        host_facts: HostFacts | None = None,
+        language: str | None = None,
+        use_llm: bool = True,
+    ) -> Explained:
+        """A paste → its diagnosis and, when an LLM is configured and wanted, the LLM's explanation
+        (KB-only when the LLM fails). Without an LLM the explanation is None: the diagnosis is the answer."""
+        diagnosis = self.match(data)
+        explanation = None
+        if use_llm and self.settings.vllm_base_url:
+            explanation = self.explain(diagnosis, host_facts, language)
+        return Explained(diagnosis, explanation)
+
+    def case_titles(self, case_ids: Sequence[str], title: Callable[[Case], str] | None = None) -> dict[str, str]:
+        """Titles for the KB cases a host report points to (a removed case shows its id); `title` picks
+        the wording (e.g. the asker's language)."""
+        by_id = self._kb.by_id()
+        pick = title or (lambda case: case.title)
+        return {case_id: pick(by_id[case_id]) if case_id in by_id else case_id for case_id in case_ids}
+
+    # -- diagnose: hosts ------------------------------------------------------------------------------
+    def with_settings(self, settings: Settings) -> Pipeline:
+        """This pipeline's loaded KB, index and models under other settings (the Slack bot's own inventory
+        and access rules, a CLI --inventory): nothing is loaded twice."""
+        if settings is self.settings:
+            return self
+        other = copy.copy(self)
+        other.settings = settings
+        return other
+
+    @property
+    def runner_configured(self) -> bool:
+        """Remote host checks need an inventory (VLLM_DOCTOR_INVENTORY); --local does not."""
+        return self.settings.runner_inventory is not None
+
+    def inventory(self) -> Inventory:
+        """The configured inventory, re-read when its file changes (ConfigError when none is set)."""
+        from bot.runner.access import inventory_from_settings
+
+        return inventory_from_settings(self.settings)
+
+    def catalogue(self) -> CheckCatalogue:
+        from bot.runner.catalogue import load_catalogue
+
+        return load_catalogue(self.settings.runner_checks_dir)  # cached per directory
+
+    def _select(self, request: HostRequest) -> tuple[CheckCatalogue, list[Check]]:
+        from bot.runner.catalogue import select_checks
+
+        if request.max_tier not in (0, 1, 2):
+            raise UserInputError("tier must be 0, 1 or 2")
+        catalogue = self.catalogue()
+        selected, problems = select_checks(catalogue, list(request.checks) or None, request.max_tier)
+        if problems:
+            raise UserInputError("; ".join(problems))
+        return catalogue, selected
+
+    def planned_checks(self, request: HostRequest) -> list[str]:
+        """The check ids a run of `request` will execute (for the audit row of a queued group run)."""
+        return [c.id for c in self._select(request)[1]]
+
+    def resolve_hosts(self, target: str) -> list[Host]:
+        """An inventory host or group name → its hosts (InvalidTarget, UnknownHost otherwise)."""
+        from bot.runner.access import resolve_target
+
+        return resolve_target(target, self.settings)
+
+    def authorize(
+        self, user_id: str, channel_id: str | None, usergroup_ids: set[str], request: HostRequest
+    ) -> list[Host]:
+        """The hosts `user_id` may check from `channel_id` (default deny; PermissionDenied otherwise)."""
+        from bot.runner.access import authorize
+
+        return authorize(user_id, channel_id, usergroup_ids, request.target, self.settings, max_tier=request.max_tier)
+
+    def local_host(self, **fields: Any) -> Host:
+        """This machine as a Host (`--local`); fields: python, endpoint, serve_port, expected_gpus, …"""
+        from bot.runner.inventory import Host
+
+        values = {"python": self.settings.runner_local_python, **{k: v for k, v in fields.items() if v is not None}}
+        return Host(name=socket.gethostname() or "localhost", address="localhost", **values)
+
+    def connector(self, *, local: bool, inventory: Inventory | None) -> Connector:
+        """How checks reach a host: this machine's shell, or SSH with verified host keys."""
+        if local:
+            from bot.runner.local import LocalConnector
+
+            return LocalConnector()
+        from bot.runner.ssh import SSHConnector
+
+        s = self.settings
+        return SSHConnector(
+            known_hosts=s.runner_known_hosts,
+            ssh_config=s.runner_ssh_config,
+            connect_timeout_s=s.runner_connect_timeout_s,
+            max_connecting=s.runner_max_connecting,
+            max_channels_per_host=s.runner_max_channels_per_host,
+            jump_hosts=dict(inventory.hosts) if inventory else {},
+        )
+
+    def diagnose(
+        self,
+        request: HostRequest,
+        *,
+        local: bool = False,
+        hosts: list[Host] | None = None,
+        progress: Progress | None = None,
+        requester: Requester | None = None,
+    ) -> FleetReport:
+        """Run the catalogue on `request.target` (an inventory host or group) or, with local=True, here.
+
+        `request.checks` are check ids or areas (default: every check up to `request.max_tier`). Pass
+        `hosts` when the caller already resolved and authorized them (Slack). Unreachable hosts, auth
+        failures, host-key mismatches and hung checks are reported in the result; exceptions are raised
+        only for bad arguments (UserInputError), configuration (ConfigError) and unknown targets
+        (UnknownHost). Every run is written to the audit log with who asked. Synchronous: safe from
+        worker threads and from inside a running event loop.
+        """
+        from bot.runner.access import inventory_from_settings, resolve_target, validate_target
+        from bot.runner.audit import AuditLog
+
+        if not isinstance(request, HostRequest):  # a paste goes to match(); say so instead of failing later
+            raise TypeError(f"Pipeline.diagnose takes a HostRequest (hosts), not {type(request).__name__}; "
+                            "a paste is matched with Pipeline.match")
+        requester = requester or Requester()
+        catalogue, selected = self._select(request)
+        target = request.target
+        inventory: Inventory | None = None
+        if local:
+            hosts = hosts or [self.local_host()]
+            target = target or hosts[0].name
+        else:
+            if hosts is None:
+                validate_target(target)  # refuse metacharacters before reading any file
+            if hosts is None or self.settings.runner_inventory is not None:
+                inventory = inventory_from_settings(self.settings)
+            if hosts is None:
+                hosts = resolve_target(target, self.settings, inventory)
+        audit = AuditLog(self.settings.store_target(self.settings.runner_audit_db))
+        user_id = requester.user_id or (f"cli:{_login()}" if requester.source == "cli" else None)
+        run_id = audit.start(
+            user_id=user_id, channel_id=requester.channel_id, source=requester.source, target=target,
+            hosts=[h.name for h in hosts], checks=[c.id for c in selected], max_tier=request.max_tier,
+        )  # fmt: skip
+        started = time.time()
+        try:
+            reports = _run_sync(self._check_hosts(hosts, selected, catalogue, local, progress, inventory))
+        except (KeyboardInterrupt, SystemExit) as exc:  # Ctrl-C, or SIGTERM through the CLI's handler
+            audit.finish(run_id, None, error=f"interrupted ({type(exc).__name__} {exc})".strip(), status="interrupted")
+            raise
+        except BaseException as exc:
+            audit.finish(run_id, None, error=f"{type(exc).__name__}: {exc}")
+            raise
+        report = FleetReport(target=target, hosts=reports, max_tier=request.max_tier,
+                             checks_requested=list(request.checks) or None, started_at=started,
+                             duration_s=time.time() - started)
+        audit.finish(run_id, report)
+        return report
+
+    def check_hosts(
+        self, hosts: list[Host], request: HostRequest, progress: Progress | None = None
+    ) -> list[HostReport]:
+        """Run the catalogue on already authorized hosts, without an audit row: one slice of a group run
+        whose audit row the fleet queue's owner keeps (bot/runner/fleet.py)."""
+        catalogue, selected = self._select(request)
+        inventory = self.inventory() if self.runner_configured else None
+        return _run_sync(self._check_hosts(hosts, selected, catalogue, False, progress, inventory))
+
+    async def _check_hosts(
+        self,
+        hosts: list[Host],
+        selected: list[Check],
+        catalogue: CheckCatalogue,
+        local: bool,
+        progress: Progress | None,
+        inventory: Inventory | None,
+    ) -> list[HostReport]:
+        from bot.runner.engine import diagnose_hosts
+
+        connector = self.connector(local=local, inventory=inventory)
+        return await diagnose_hosts(hosts, connector, selected, catalogue, progress=progress,
+                                    max_parallel_hosts=self.settings.runner_max_parallel_hosts)
+
+
+def _run_sync(coro: Coroutine[Any, Any, _T]) -> _T:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with ThreadPoolExecutor(max_workers=1) as pool:  # called from inside an event loop: use a fresh one
+        return pool.submit(asyncio.run, coro).result()
+
+
+def _login() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "unknown"

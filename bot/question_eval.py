@@ -78,7 +78,7 @@ def score_questions(doctor: Any, questions: list[Question]) -> list[QuestionScor
     """One row per (group, split) and per (group, all), plus 'all'."""
     table: dict[tuple[str, str], QuestionScore] = {}
     for q in questions:
-        diagnosis = doctor.diagnose(q.text)
+        diagnosis = doctor.match(q.text)
         ranked = [m.case_id for m in diagnosis.matches]
         first = ranked[0] if ranked else None
         for group in (*q.groups, "all"):

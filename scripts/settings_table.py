@@ -10,14 +10,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bot.settings import Settings  # noqa: E402
+from bot.settings import Settings, env_name  # noqa: E402
 
 
 def rows() -> list[tuple[str, str, str]]:
     out = []
     for name, field in Settings.model_fields.items():
-        alias = field.validation_alias
-        env = alias.choices[0] if alias is not None and hasattr(alias, "choices") else name.upper()
+        env = env_name(name)
         default = field.default if field.default_factory is None else "(computed)"
         if default is None:
             default = "unset"

@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bot.distill import distill  # noqa: E402
-from bot.pipeline import Doctor  # noqa: E402
+from bot.pipeline import Pipeline  # noqa: E402
 from bot.question import QuestionMatcher, QuestionParams, looks_like_question  # noqa: E402
 from bot.question_eval import load_questions  # noqa: E402
 
@@ -48,7 +48,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--split", default="tune")
     args = ap.parse_args()
-    doctor = Doctor.from_settings()
+    doctor = Pipeline.from_settings()
     questions = [q for q in load_questions(REPO / "tests" / "eval" / "questions.jsonl") if q.split == args.split]
     # questions that quote an exact error go to the log flow (signatures); they are not the matcher's
     def signature_hit(text: str) -> bool:

@@ -32,9 +32,9 @@ def settings(index_dir: Path):
 @pytest.fixture(scope="session")
 def doctor(settings):
     """The real engine: bundled KB, real all-MiniLM-L6-v2, FAISS + BM25 index built in a temp dir."""
-    from bot.pipeline import Doctor
+    from bot.pipeline import Pipeline
 
-    doc = Doctor.from_settings(settings)
+    doc = Pipeline.from_settings(settings)
     _ = doc.matcher  # build the index once, up front
     return doc
 

@@ -140,7 +140,7 @@ _counter = [0]
 @pytest.fixture
 def postgres_url(postgres_server: PostgresServer) -> Iterator[str]:
     """A fresh, empty database on the session's server; dropped (pools closed) afterwards."""
-    from bot.storage.database import forget
+    from bot.storage.backends import forget
 
     _counter[0] += 1
     name = f"t{os.getpid()}_{_counter[0]}"

@@ -3,6 +3,8 @@
     fleet = start_fleet(tmp_path, {"gpu01": ("127.0.0.2", "healthy"), ...})
     report = run_diagnosis("gpu01", settings=fleet.settings)
     fleet.stop()
+
+`run_diagnosis` / `local_host` are the tests' short spelling of Pipeline.diagnose / Pipeline.local_host.
 """
 
 from __future__ import annotations
@@ -16,12 +18,38 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
+from sshd_support import SshdHarness, _free_port, start_sshd
 
+from bot.models import FleetReport, HostRequest
+from bot.pipeline import Pipeline, Progress, Requester
+from bot.runner.inventory import Host
 from bot.settings import RunnerAccessRule, Settings
-from tests.sshd_support import SshdHarness, _free_port, start_sshd
 
 FIXTURES = Path(__file__).resolve().parent / "runner_fixtures"
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def run_diagnosis(
+    target: str,
+    *,
+    settings: Settings,
+    checks: list[str] | None = None,
+    max_tier: int = 0,
+    local: bool = False,
+    hosts: list[Host] | None = None,
+    progress: Progress | None = None,
+    user_id: str | None = None,
+    channel_id: str | None = None,
+    source: str = "cli",
+) -> FleetReport:
+    """One host diagnosis through the real composition root (a fresh Pipeline: nothing cached between tests)."""
+    request = HostRequest(target, tuple(checks or ()), max_tier)
+    requester = Requester(source="slack" if source == "slack" else "cli", user_id=user_id, channel_id=channel_id)
+    return Pipeline(settings).diagnose(request, local=local, hosts=hosts, progress=progress, requester=requester)
+
+
+def local_host(settings: Settings, **fields: object) -> Host:
+    return Pipeline(settings).local_host(**fields)
 
 
 def host_python() -> str:

@@ -105,7 +105,7 @@ def test_missing_file_is_a_user_error(built_index: Path) -> None:
 def test_kb_list_json_and_lint_do_not_import_torch(tmp_path: Path) -> None:
     code = (
         "import sys, json, io, contextlib\n"
-        "from bot.cli import main\n"
+        "from bot.cli.main import main\n"
         "buf = io.StringIO()\n"
         "with contextlib.redirect_stdout(buf): rc = main(['kb', 'list', '--json'])\n"
         "rows = json.loads(buf.getvalue())\n"

@@ -20,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bot import cli
+from bot.cli.main import main as cli
 from kb.loader import load_kb
 
 KB = load_kb()

@@ -57,11 +57,11 @@ MATRIX = [
 def test_matrix_advisories_and_symptoms_never_displace_a_cause(doctor, cause) -> None:
     """Every advisory/symptom example inserted before, inside and after a cause's example."""
     log = cause.examples[0].log
-    assert doctor.diagnose(log).matches[0].case_id == cause.id  # the premise
+    assert doctor.match(log).matches[0].case_id == cause.id  # the premise
     failures = []
     for sid, n, extra in SECONDARY:
         for where in ("before", "inside", "after"):
-            d = doctor.diagnose(_place(log, extra, where))
+            d = doctor.match(_place(log, extra, where))
             top = d.matches[0].case_id if d.matches else None
             if top != cause.id:
                 failures.append(f"{sid}#{n} {where}: top {top} ({d.verdict})")
@@ -69,27 +69,27 @@ def test_matrix_advisories_and_symptoms_never_displace_a_cause(doctor, cause) ->
 
 
 def test_advisory_above_an_unexplained_crash_is_only_noticed(doctor) -> None:
-    d = doctor.diagnose(ENFORCE_EAGER + "\n" + UNCOVERED_CRASH)
+    d = doctor.match(ENFORCE_EAGER + "\n" + UNCOVERED_CRASH)
     assert all(m.case_id != "enforce-eager-cuda-graphs-off" for m in d.matches[:1])
     assert d.verdict != "match" or d.best is None or d.best.case_id != "enforce-eager-cuda-graphs-off"
     assert [m.case_id for m in d.also_noticed] == ["enforce-eager-cuda-graphs-off"]
-    alone = doctor.diagnose(ENFORCE_EAGER)  # with nothing else wrong, the advisory is the answer
+    alone = doctor.match(ENFORCE_EAGER)  # with nothing else wrong, the advisory is the answer
     assert alone.best is not None and alone.best.case_id == "enforce-eager-cuda-graphs-off" and not alone.also_noticed
 
 
 def test_symptom_points_to_the_earlier_root_error(doctor) -> None:
     root = KB.by_id()["kv-cache-no-memory"].examples[0].log
     dead = KB.by_id()["engine-dead"].examples[0].log
-    d = doctor.diagnose(root + "\n" + dead)
+    d = doctor.match(root + "\n" + dead)
     ids = [m.case_id for m in d.matches]
     assert ids[0] == "kv-cache-no-memory" and d.verdict == "match"
     assert "engine-dead" in ids
-    alone = doctor.diagnose(dead)
+    alone = doctor.match(dead)
     assert alone.best is not None and alone.best.case_id == "engine-dead"
     assert any("does not show the earlier root error" in n for n in alone.best.notes)
     # root error first, symptom later: the symptom's answer names that line
     crash = "ERROR 05-12 01:48:40 [core.py:1] RuntimeError: CUDA error: an illegal memory access was encountered"
-    d = doctor.diagnose(crash + "\n" + dead)
+    d = doctor.match(crash + "\n" + dead)
     sym = next(m for m in d.matches if m.case_id == "engine-dead")
     assert sym.evidence[0].why.startswith("earlier root error") and sym.evidence[0].line_no == 1
 
@@ -100,7 +100,7 @@ def test_fact_rule_proves_a_case_without_any_error_line(doctor) -> None:
         "dtype=torch.bfloat16, max_seq_len=4096, tensor_parallel_size=1, quantization=None, enforce_eager=False, seed=0)\n"
         "INFO 04-27 10:13:05 llm_engine.py:275] # GPU blocks: 0, # CPU blocks: 256\n"
     )
-    d = doctor.diagnose(log)
+    d = doctor.match(log)
     assert d.best is not None and d.best.case_id == "kv-cache-no-memory" and d.verdict == "match"
     first = d.best.evidence[0]
     assert first.why.startswith("fact rule") and "gpu_blocks 0" in first.text and first.line_no == 2
@@ -112,7 +112,7 @@ def test_block_arithmetic_shows_in_the_evidence(doctor) -> None:
         "INFO 02-14 03:50:41 api_server.py:529] args: Namespace(model='x/y', block_size=16, max_model_len=32768)\n"
         "INFO 02-14 03:51:41 gpu_executor.py:114] # GPU blocks: 512, # CPU blocks: 2048\n"
     )
-    d = doctor.diagnose(log)
+    d = doctor.match(log)
     assert d.best is not None and d.best.case_id == "max-model-len-exceeds-kv-cache"
     assert d.best.evidence[0].text == "gpu_blocks 512 × block_size 16 = 8,192 < max_model_len 32,768"
     assert {e.line_no for e in d.best.evidence[1:3]} == {1, 2}
@@ -128,11 +128,11 @@ def test_truncated_paste_is_at_most_uncertain_and_says_so(doctor) -> None:
     full = KB.by_id()["bf16-unsupported-pre-ampere"].examples[1].log
     cut = _cut_before_exception(full)
     assert "Bfloat16 is only supported" not in cut
-    d = doctor.diagnose(cut)
+    d = doctor.match(cut)
     assert d.distilled.truncated and TRUNCATED_NOTE in d.notes
     assert d.best is not None and d.best.case_id == "bf16-unsupported-pre-ampere"  # from its frames
     assert d.verdict == "uncertain"
-    assert not doctor.diagnose(full).distilled.truncated
+    assert not doctor.match(full).distilled.truncated
 
 
 def test_truncated_paste_proven_by_a_fact_rule_may_match(doctor) -> None:
@@ -142,7 +142,7 @@ def test_truncated_paste_proven_by_a_fact_rule_may_match(doctor) -> None:
         "dtype=torch.bfloat16, max_seq_len=2048\n"
         "UserWarning: Found GPU0 Tesla K80 which is of cuda capability 3.7.\n"
     )
-    d = doctor.diagnose(facts + cut)
+    d = doctor.match(facts + cut)
     assert d.best is not None and d.best.case_id == "bf16-unsupported-pre-ampere"
     assert d.verdict == "match" and TRUNCATED_NOTE in d.notes
     assert "compute_capability 3.7 < 8" in d.best.evidence[0].text

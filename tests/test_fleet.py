@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from bot.models import CheckResult, FleetReport, HostReport
 from bot.runner.fleet_diff import baseline_drift, baseline_of, fleet_diff, fleet_facts
-from bot.runner.report import CheckResult, DiagnosisReport, HostReport
 
 
 def _host(name: str, driver: str = "550.54.15", torch: str = "2.5.1", shm: int = 16 * 2**30,
@@ -23,7 +23,7 @@ def _host(name: str, driver: str = "550.54.15", torch: str = "2.5.1", shm: int =
 def test_one_host_with_another_driver_is_named_with_the_field():
     hosts = [_host(f"host{i:02d}") for i in range(1, 9)]
     hosts[6] = _host("host07", driver="535.104.05")
-    diff = fleet_diff(fleet_facts(DiagnosisReport(target="a100", hosts=hosts)))
+    diff = fleet_diff(fleet_facts(FleetReport(target="a100", hosts=hosts)))
     assert [(d.host, d.field) for d in diff] == [("host07", "driver")]
     assert diff[0].sentence() == "host07 differs from 7 of 8 hosts: driver 535.104.05 vs 550.54.15"
 
@@ -31,7 +31,7 @@ def test_one_host_with_another_driver_is_named_with_the_field():
 def test_env_and_shm_differences_and_unreachable_hosts():
     hosts = [_host("a"), _host("b"), _host("c", shm=64 * 2**20, env={"NCCL_P2P_DISABLE": "1"}),
              _host("d", error="unreachable")]
-    diff = fleet_diff(fleet_facts(DiagnosisReport(target="g", hosts=hosts)))
+    diff = fleet_diff(fleet_facts(FleetReport(target="g", hosts=hosts)))
     assert {(d.host, d.field) for d in diff} == {("c", "/dev/shm"), ("c", "env NCCL_P2P_DISABLE")}
     shm = next(d for d in diff if d.field == "/dev/shm")
     assert shm.value == "0.1 GiB" and shm.majority == "16.0 GiB"
@@ -39,15 +39,15 @@ def test_env_and_shm_differences_and_unreachable_hosts():
 
 def test_no_majority_no_blame_and_small_groups():
     split = [_host("a"), _host("b"), _host("c", torch="2.6.0"), _host("d", torch="2.6.0")]
-    assert fleet_diff(fleet_facts(DiagnosisReport(target="g", hosts=split))) == []
+    assert fleet_diff(fleet_facts(FleetReport(target="g", hosts=split))) == []
     two = [_host("a"), _host("b", driver="535.104.05")]
-    assert fleet_diff(fleet_facts(DiagnosisReport(target="g", hosts=two))) == []
+    assert fleet_diff(fleet_facts(FleetReport(target="g", hosts=two))) == []
 
 
 def test_baseline_drift_names_what_changed():
-    good = DiagnosisReport(target="g", hosts=[_host("a"), _host("b")])
+    good = FleetReport(target="g", hosts=[_host("a"), _host("b")])
     baseline = baseline_of(good)
-    now = DiagnosisReport(target="g", hosts=[_host("a"), _host("b", torch="2.6.0", env={"VLLM_USE_V1": "0"})])
+    now = FleetReport(target="g", hosts=[_host("a"), _host("b", torch="2.6.0", env={"VLLM_USE_V1": "0"})])
     drift = baseline_drift(now, baseline)
     assert [(d.host, d.field, d.baseline, d.now) for d in drift] == [
         ("b", "torch", "2.5.1", "2.6.0"), ("b", "env VLLM_USE_V1", "(unset)", "0")]
@@ -56,8 +56,7 @@ def test_baseline_drift_names_what_changed():
 
 @pytest.mark.sshd
 def test_fleet_diff_on_real_sshd_names_exactly_the_planted_host(tmp_path):
-    from bot.runner import run_diagnosis
-    from tests.runner_support import start_fleet
+    from runner_support import run_diagnosis, start_fleet
 
     hosts = {f"gpu0{i}": (f"127.0.0.{i + 1}", "healthy") for i in range(1, 4)}
     hosts["gpu04"] = ("127.0.0.5", "driver-535")  # same stack, another driver: planted

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import pytest
-
-from tests import sshd_support
+import sshd_support
 
 
 @pytest.mark.parametrize("value", ["true", "TRUE", "1", "yes", " Yes "])

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from indexer_support import CORE_CASES, CountingEncoder, index_warnings, make_kb, real_encoder
 
 from indexer.index import MANIFEST_NAME, KBIndex
-from tests.indexer_support import CORE_CASES, CountingEncoder, index_warnings, make_kb, real_encoder
 
 QUERY = "ValueError: No available memory for the cache blocks. Try increasing gpu_memory_utilization"
 EXPECTED = "kv-cache-no-memory"

@@ -10,11 +10,7 @@ import threading
 from pathlib import Path
 
 import pytest
-
-from indexer.encoder import HashingEncoder, SentenceTransformerEncoder
-from indexer.index import MANIFEST_NAME, KBIndex
-from kb.loader import load_case_file, load_kb
-from tests.indexer_support import (
+from indexer_support import (
     CORE_CASES,
     CountingEncoder,
     index_warnings,
@@ -22,6 +18,10 @@ from tests.indexer_support import (
     real_encoder,
     write_new_case,
 )
+
+from indexer.encoder import HashingEncoder, SentenceTransformerEncoder
+from indexer.index import MANIFEST_NAME, KBIndex
+from kb.loader import load_case_file, load_kb
 
 QUERY = "ValueError: No available memory for the cache blocks"
 

@@ -13,15 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from indexer.encoder import EncoderUnavailable, HashingEncoder, SentenceTransformerEncoder
-from indexer.index import MANIFEST_NAME, KBIndex
-from indexer.lexical import LexicalError, LexicalIndex, tokenize
-from indexer.store import StoreError, VectorStore
-from indexer.text import normalize_log_text
-from kb.loader import KnowledgeBase, load_case_file, load_kb
-from kb.schema import Case
-from tests.indexer_support import (
+from indexer_support import (
     CORE_CASES,
     EXTRA_CASES,
     CountingEncoder,
@@ -30,6 +22,14 @@ from tests.indexer_support import (
     real_encoder,
     write_new_case,
 )
+
+from indexer.encoder import EncoderUnavailable, HashingEncoder, SentenceTransformerEncoder
+from indexer.index import MANIFEST_NAME, KBIndex
+from indexer.lexical import LexicalError, LexicalIndex, tokenize
+from indexer.store import StoreError, VectorStore
+from indexer.text import normalize_log_text
+from kb.loader import KnowledgeBase, load_case_file, load_kb
+from kb.schema import Case
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -31,7 +31,7 @@ def test_no_signature_fires_on_healthy_startup(healthy_logs: dict[str, str]) -> 
 
 @pytest.mark.parametrize(("case_id", "n", "log"), EXAMPLES, ids=[f"{c}#{n}" for c, n, _ in EXAMPLES])
 def test_each_example_is_diagnosed_as_its_case(doctor, case_id: str, n: int, log: str) -> None:
-    d = doctor.diagnose(log)
+    d = doctor.match(log)
     ids = [m.case_id for m in d.matches]
     if KB.by_id()[case_id].role == "symptom":
         assert case_id in ids[:3], f"{case_id}#{n} not in top-3: {ids}"

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.explain import kb_only_explanation
+from bot.explain.explainer import kb_only_explanation
 from bot.i18n import as_language, case_cause, is_language, step_text, t
 from bot.question import expand, looks_like_question, question_language
 from indexer.lexical import tokenize
@@ -89,7 +89,7 @@ def test_question_language() -> None:
 
 # --- questions end to end (real index) ----------------------------------------------------------------
 def test_pure_chinese_question_finds_the_case_and_names_the_terms(doctor) -> None:
-    d = doctor.diagnose("八张卡张量并行跑着跑着就没反应了，最后看门狗超时")
+    d = doctor.match("八张卡张量并行跑着跑着就没反应了，最后看门狗超时")
     assert d.kind == "question" and d.distilled.language == "zh"
     assert d.matches[0].case_id == "nccl-timeout-hang"
     why = d.matches[0].evidence[0].why
@@ -98,13 +98,13 @@ def test_pure_chinese_question_finds_the_case_and_names_the_terms(doctor) -> Non
 
 
 def test_english_question_reaches_the_chinese_free_case(doctor) -> None:
-    d = doctor.diagnose("the docker container cannot see any nvidia gpu")
+    d = doctor.match("the docker container cannot see any nvidia gpu")
     assert d.kind == "question" and d.distilled.language == "en"
     assert "no-gpu-detected" in [m.case_id for m in d.matches[:3]]
 
 
 def test_a_vague_question_is_uncertain_with_candidates_never_a_confident_answer(doctor) -> None:
-    d = doctor.diagnose("显存不够用怎么办")
+    d = doctor.match("显存不够用怎么办")
     assert d.verdict != "match"
     memory = {"kv-cache-no-memory", "weights-exceed-gpu-memory", "gpu-memory-held-by-other-process",
               "cuda-graph-capture-oom", "max-model-len-exceeds-kv-cache", "prefill-oom-long-input"}
@@ -112,26 +112,26 @@ def test_a_vague_question_is_uncertain_with_candidates_never_a_confident_answer(
 
 
 def test_a_question_quoting_an_exact_error_uses_the_signature(doctor) -> None:
-    d = doctor.diagnose("启动报 No available memory for the cache blocks 是什么意思")
+    d = doctor.match("启动报 No available memory for the cache blocks 是什么意思")
     assert d.kind == "log" and d.verdict == "match" and d.matches[0].signature_hit
     assert d.matches[0].case_id == "kv-cache-no-memory"
 
 
 def test_unrelated_chat_gets_no_confident_answer(doctor) -> None:
     for text in ("今天中午吃什么", "what a lovely day for a picnic"):
-        assert doctor.diagnose(text).verdict != "match"
+        assert doctor.match(text).verdict != "match"
 
 
 def test_a_chinese_log_comment_adds_its_words_to_the_lexical_query(doctor) -> None:
     log = KB.by_id()["dev-shm-too-small"].examples[0].log
-    d = doctor.diagnose("用 docker 跑多卡，共享内存好像不够：\n" + log)
+    d = doctor.match("用 docker 跑多卡，共享内存好像不够：\n" + log)
     assert d.kind == "log" and d.distilled.language == "zh"
     assert d.matches[0].case_id == "dev-shm-too-small"
 
 
 # --- the answer in the asker's language -----------------------------------------------------------------
 def test_kb_only_answer_is_chinese_end_to_end(doctor) -> None:
-    d = doctor.diagnose("两台机器分布式推理，网卡选错了连不上")
+    d = doctor.match("两台机器分布式推理，网卡选错了连不上")
     case = doctor.case(d.matches[0].case_id)
     exp = kb_only_explanation(d, [case], language="zh")
     assert exp.language == "zh" and exp.summary == case.summary_zh and exp.why == case_cause(case, "zh")

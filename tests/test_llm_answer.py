@@ -7,7 +7,7 @@ import json
 import pytest
 from llm_support import kb_cases, make_diagnosis
 
-from bot.explain import (
+from bot.explain.explainer import (
     AnswerLimits,
     AnswerRejected,
     PreviewScanner,
@@ -135,8 +135,8 @@ def test_resolve_language():
 
 
 def test_prompt_templates_render_every_part():
-    from bot.explain import Explainer
-    from bot.llm import LLMClient
+    from bot.explain.explainer import Explainer
+    from bot.explain.llm import LLMClient
 
     exp = Explainer(LLMClient("http://127.0.0.1:9/v1"))
     cases = kb_cases("kv-cache-no-memory", "max-model-len-exceeds-kv-cache")

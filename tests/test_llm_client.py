@@ -1,4 +1,4 @@
-"""bot.llm against a fake OpenAI-compatible server over real HTTP: discovery and the mapping of every
+"""bot.explain.llm against a fake OpenAI-compatible server over real HTTP: discovery and the mapping of every
 fault to LLMUnavailable(kind) with a one-line reason. The same mapping is checked against the real vLLM
 server (prompt too long, unknown model, killed server) in tests/test_llm_vllm.py."""
 
@@ -11,7 +11,7 @@ from llm_support import Drop, FakeOpenAIServer, Hang, Reply, Stream, completion,
 from vllm_server import free_port
 
 from bot.errors import LLMUnavailable
-from bot.llm import DEFAULT_CONTEXT_TOKENS, ChatResult, LLMClient
+from bot.explain.llm import DEFAULT_CONTEXT_TOKENS, ChatResult, LLMClient
 
 MSGS = [{"role": "user", "content": "hello"}]
 

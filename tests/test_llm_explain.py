@@ -21,8 +21,8 @@ from llm_support import (
 from vllm_server import free_port
 
 from bot.errors import ConfigError
-from bot.explain import AnswerCache, CircuitBreaker, Explainer, Explanation, kb_only_explanation
-from bot.llm import LLMClient
+from bot.explain.explainer import AnswerCache, CircuitBreaker, Explainer, Explanation, kb_only_explanation
+from bot.explain.llm import LLMClient
 from bot.models import LogLine
 from bot.settings import Settings
 

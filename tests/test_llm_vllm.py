@@ -16,15 +16,15 @@ import pytest
 from llm_support import kb_cases, make_diagnosis
 
 from bot.errors import LLMUnavailable
-from bot.explain import (
+from bot.explain.explainer import (
     AnswerLimits,
     CircuitBreaker,
     Explainer,
     Explanation,
     answer_schema,
 )
+from bot.explain.llm import LLMClient
 from bot.i18n import t
-from bot.llm import LLMClient
 from bot.models import LogLine
 from bot.settings import Settings
 
@@ -155,7 +155,7 @@ def test_real_diagnosis_of_a_100kb_log(live, doctor):
     )
     text = noise + case.examples[0].log
     assert len(text.encode()) > 100_000
-    diagnosis = doctor.diagnose(text)
+    diagnosis = doctor.match(text)
     cases = [doctor.case(m.case_id) for m in diagnosis.matches[:3]]
     exp = Explainer(LLMClient(live.base_url))
     out = exp.explain(diagnosis, cases)

@@ -8,9 +8,8 @@ import pytest
 from PIL import Image
 
 from bot.memory_view import host_memory_bars, log_memory_bars, log_memory_title
-from bot.models import LogFacts
+from bot.models import CheckResult, FleetReport, HostReport, LogFacts
 from bot.pictures import GridCell, MemoryBar, Segment, fleet_grid_picture, memory_picture
-from bot.runner.report import CheckResult, DiagnosisReport, HostReport
 
 # The numbers of a real KV-cache failure: 24 GiB GPU at 0.9, weights 15.0 + activation 4.6 + non-torch 2.4.
 KV_SHORT = LogFacts(gpu_name="NVIDIA L4", total_gpu_memory_gib=22.0, gpu_memory_utilization=0.9,
@@ -69,7 +68,7 @@ def _host(name: str, used_mib: float, total_mib: float = 81559) -> HostReport:
 
 
 def test_host_memory_bar_flags_a_foreign_process_that_leaves_too_little():
-    report = DiagnosisReport(target="g", hosts=[_host("gpu01", 1), _host("gpu02", 70 * 1024, 80 * 1024)])
+    report = FleetReport(target="g", hosts=[_host("gpu01", 1), _host("gpu02", 70 * 1024, 80 * 1024)])
     bars = host_memory_bars(report, utilization=0.9)
     assert [b.label.split(" (")[0] for b in bars] == ["gpu01 GPU0", "gpu02 GPU0"]
     assert "10.0 GiB free" in bars[1].label

@@ -78,7 +78,7 @@ def test_report_draft_command_prints_every_section(built_index: Path, tmp_path: 
 
 @pytest.mark.sshd
 def test_diagnose_group_fleet_diff_baseline_drift_and_pictures(built_index: Path, tmp_path: Path) -> None:
-    from tests.runner_support import start_fleet
+    from runner_support import start_fleet
 
     hosts = {f"gpu0{i}": (f"127.0.0.{i + 1}", "healthy") for i in range(1, 4)}
     hosts["gpu04"] = ("127.0.0.5", "driver-535")

@@ -31,7 +31,7 @@ def secret_log() -> tuple[str, list[str]]:
 
 def test_draft_has_every_template_section_and_no_secret(doctor, secret_log):
     log, secrets = secret_log
-    diagnosis = doctor.diagnose(log)
+    diagnosis = doctor.match(log)
     text = draft(diagnosis, LogFacts(vllm_version="0.6.3.post1", gpu_name="NVIDIA A10G", gpu_count=1),
                  feedback={})
     assert list(sections_of(text)) == list(SECTIONS)
@@ -46,7 +46,7 @@ def test_draft_has_every_template_section_and_no_secret(doctor, secret_log):
 
 def test_draft_of_a_covered_log_lists_the_kb_suggestion_and_its_feedback(doctor):
     log = (EVAL_DIR.parent.parent / "docs" / "samples" / "kv-cache-oom.log").read_text(encoding="utf-8")
-    diagnosis = doctor.diagnose(log)
+    diagnosis = doctor.match(log)
     best = diagnosis.matches[0].case_id
     text = draft(diagnosis, LogFacts(), feedback={best: "marked \"Didn't help\" by 1 user"})
     assert f"`{best}`" in text and "Didn't help" in text

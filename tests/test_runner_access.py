@@ -8,9 +8,10 @@ import textwrap
 import threading
 
 import pytest
+from runner_support import run_diagnosis
 
 from bot.errors import InvalidTarget, PermissionDenied, UnknownHost
-from bot.runner import authorize, resolve_target, run_diagnosis
+from bot.runner import authorize, resolve_target
 from bot.runner.audit import AuditLog
 from bot.settings import RunnerAccessRule, Settings
 

@@ -16,7 +16,8 @@ import pytest
 from llm_support import FakeOpenAIServer, answer_json, completion
 
 from bot.errors import UserInputError
-from bot.runner.report import CheckResult, DiagnosisReport, HostReport, load_report, report_from_dict
+from bot.models import CheckResult, FleetReport, HostReport
+from bot.runner.report import load_report, report_from_dict
 from kb.loader import load_kb
 
 CASE = load_kb().by_id()["kv-cache-no-memory"]
@@ -101,7 +102,7 @@ def test_host_report_without_the_llm_says_it_is_unused(built_index: Path, local_
 
 
 def test_report_json_round_trips() -> None:
-    report = DiagnosisReport(target="fleet", max_tier=1, duration_s=2.5, hosts=[
+    report = FleetReport(target="fleet", max_tier=1, duration_s=2.5, hosts=[
         HostReport("gpu-01", checks=[
             CheckResult("gpu.inventory", "GPUs", "ok", "2 × H100", duration_s=0.2),
             CheckResult("system.shm", "shm", "fail", "/dev/shm is only 64 MiB", cases=["dev-shm-too-small"]),

@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from runner_support import local_host, run_diagnosis
 
-from bot.runner import local_host, run_diagnosis
 from bot.settings import Settings
 
 REPO = Path(__file__).resolve().parent.parent
@@ -75,7 +75,7 @@ def test_local_host_fields_reach_the_checks(settings, tmp_path):
 def test_cli_local_json(tmp_path):
     env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(tmp_path), "VLLM_DOCTOR_AUDIT_DB": str(tmp_path / "a.db"),
            "VLLM_DOCTOR_LOCAL_PYTHON": sys.executable}
-    out = subprocess.run([sys.executable, "-m", "bot.cli", "diagnose", "--local", "--json", "--check", "system",
+    out = subprocess.run([sys.executable, "-m", "bot.cli.main", "diagnose", "--local", "--json", "--check", "system",
                           "--check", "env", "--raw", str(tmp_path / "raw.txt")],
                          cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode in (0, 1), out.stderr
@@ -84,19 +84,19 @@ def test_cli_local_json(tmp_path):
     assert {c["id"] for c in host["checks"]} >= {"system.os", "system.shm", "env.vars"}
     assert all(set(c) == {"id", "verdict", "message", "cases", "duration_s"} for c in host["checks"])
     assert "--- system.shm" in (tmp_path / "raw.txt").read_text()
-    usage = subprocess.run([sys.executable, "-m", "bot.cli", "diagnose", "--local", "gpu01"],
+    usage = subprocess.run([sys.executable, "-m", "bot.cli.main", "diagnose", "--local", "gpu01"],
                            cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
     assert usage.returncode == 2 and "not both" in usage.stderr
 
 
 def test_the_doctors_own_env_defaults_do_not_leak_into_local_probes(tmp_path):
-    """bot/cli.py sets HF_HUB_OFFLINE=1 for itself; `diagnose --local` must report the user's environment."""
+    """bot/cli/main.py sets HF_HUB_OFFLINE=1 for itself; `diagnose --local` must report the user's environment."""
     env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(tmp_path), "VLLM_DOCTOR_AUDIT_DB": str(tmp_path / "a.db")}
-    out = subprocess.run([sys.executable, "-m", "bot.cli", "diagnose", "--local", "--json", "--check", "env.hf_access"],
+    out = subprocess.run([sys.executable, "-m", "bot.cli.main", "diagnose", "--local", "--json", "--check", "env.hf_access"],
                          cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     check = json.loads(out.stdout)["hosts"][0]["checks"][0]
     assert "offline" not in check["message"].split(";")[0] and check["verdict"] == "warn", check
-    out = subprocess.run([sys.executable, "-m", "bot.cli", "diagnose", "--local", "--json", "--check", "env.hf_access"],
+    out = subprocess.run([sys.executable, "-m", "bot.cli.main", "diagnose", "--local", "--json", "--check", "env.hf_access"],
                          cwd=REPO, env={**env, "HF_HUB_OFFLINE": "1"}, capture_output=True, text=True, timeout=120)
     assert json.loads(out.stdout)["hosts"][0]["checks"][0]["cases"] == ["hf-offline-no-cache"]
 

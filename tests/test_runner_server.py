@@ -11,8 +11,8 @@ import json
 from pathlib import Path
 
 import pytest
+from runner_support import local_host, run_diagnosis
 
-from bot.runner import local_host, run_diagnosis
 from bot.runner.catalogue import load_catalogue
 from bot.runner.engine import command_for, judge
 from bot.runner.inventory import Host
@@ -111,8 +111,8 @@ def test_real_vllm_install_and_import_probe(live, settings):
 @pytest.mark.vllm
 @pytest.mark.sshd
 def test_server_checks_through_sshd(live, tmp_path):
-    from tests.runner_support import start_fleet
-    from tests.sshd_support import require_sshd
+    from runner_support import start_fleet
+    from sshd_support import require_sshd
 
     require_sshd()
     fleet = start_fleet(tmp_path, {"gpu-serving": ("127.0.0.1", "healthy")},

@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 
 import pytest
+from runner_support import run_diagnosis
 
-from bot.runner import run_diagnosis
 from bot.runner.audit import AuditLog
 from bot.runner.transport import CommandResult
 from bot.settings import Settings
@@ -88,7 +88,7 @@ def test_cli_run_killed_by_sigterm_closes_its_audit_row_and_its_probes(tmp_path)
     audit_db = tmp_path / "audit.sqlite3"
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path),
            "VLLM_DOCTOR_AUDIT_DB": str(audit_db), "VLLM_DOCTOR_CHECKS_DIR": str(checks)}
-    cli = subprocess.Popen([sys.executable, "-m", "bot.cli", "diagnose", "--local", "--json"], cwd=REPO, env=env,
+    cli = subprocess.Popen([sys.executable, "-m", "bot.cli.main", "diagnose", "--local", "--json"], cwd=REPO, env=env,
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         _wait_for(lambda: pid_file.exists() and pid_file.read_text().strip(), "the probe to start")

@@ -310,7 +310,7 @@ def test_missing_known_hosts_file_is_a_config_error(tmp_path):
 
 
 def test_missing_sshd_fails_on_ci_and_skips_locally(monkeypatch):
-    from tests import sshd_support
+    import sshd_support
 
     monkeypatch.setattr(sshd_support, "sshd_path", lambda: None)
     monkeypatch.setenv("CI", "true")

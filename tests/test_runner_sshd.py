@@ -16,16 +16,16 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from bot.runner import run_diagnosis
-from bot.runner.audit import AuditLog
-from tests.runner_support import (
+from runner_support import (
+    run_diagnosis,
     spawn_foreign_gpu_process,
     spawn_orphan_vllm_worker,
     spawn_port_squatter,
     start_fleet,
 )
-from tests.sshd_support import require_sshd
+from sshd_support import require_sshd
+
+from bot.runner.audit import AuditLog
 
 pytestmark = pytest.mark.sshd
 REPO = Path(__file__).resolve().parent.parent
@@ -228,16 +228,16 @@ def test_cli_end_to_end(fleet):
            "VLLM_DOCTOR_KNOWN_HOSTS": str(fleet.harness.known_hosts),
            "VLLM_DOCTOR_SSH_CONFIG": str(fleet.settings.runner_ssh_config),
            "VLLM_DOCTOR_AUDIT_DB": str(fleet.settings.runner_audit_db)}
-    out = subprocess.run([sys.executable, "-m", "bot.cli", "diagnose", "gpu-small-shm", "--json", "--check", "system"],
+    out = subprocess.run([sys.executable, "-m", "bot.cli.main", "diagnose", "gpu-small-shm", "--json", "--check", "system"],
                          cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 1, out.stderr  # a failing check
     data = json.loads(out.stdout)
     shm = next(c for c in data["hosts"][0]["checks"] if c["id"] == "system.shm")
     assert shm["verdict"] == "fail" and shm["cases"] == ["dev-shm-too-small"]
-    text = subprocess.run([sys.executable, "-m", "bot.cli", "diagnose", "gpu-healthy", "--check", "gpu"],
+    text = subprocess.run([sys.executable, "-m", "bot.cli.main", "diagnose", "gpu-healthy", "--check", "gpu"],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     assert text.returncode == 0 and "gpu.driver" in text.stdout and "driver 570.86.15" in text.stdout
-    bad = subprocess.run([sys.executable, "-m", "bot.cli", "diagnose", "gpu-healthy; id"],
+    bad = subprocess.run([sys.executable, "-m", "bot.cli.main", "diagnose", "gpu-healthy; id"],
                          cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "is not a host or group name" in bad.stderr
 

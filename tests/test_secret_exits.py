@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from secret_corpus import ORDINARY, chunks, corpus_paste, leaks
 
-from bot import cli
+from bot.cli.main import main as cli
 
 
 def _run_in_process(args: list[str], doctor: Any, monkeypatch: pytest.MonkeyPatch) -> tuple[int, str, str]:

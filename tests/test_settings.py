@@ -2,27 +2,51 @@
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 import pytest
 
 from bot.errors import ConfigError
-from bot.settings import Settings
+from bot.settings import Settings, env_name
 
-README = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+REPO = Path(__file__).resolve().parent.parent
+README = (REPO / "README.md").read_text(encoding="utf-8")
 
 
 def env_names() -> list[str]:
-    names = []
-    for name, field in Settings.model_fields.items():
-        alias = field.validation_alias
-        names.append(alias.choices[0] if alias is not None else name.upper())
-    return names
+    return [env_name(name) for name in Settings.model_fields]
 
 
 @pytest.mark.parametrize("env", env_names())
 def test_every_setting_is_in_the_readme_table(env: str) -> None:
     assert f"| `{env}` |" in README, f"{env} missing from the README settings table (scripts/settings_table.py --write)"
+
+
+def test_the_readme_table_is_the_generated_one() -> None:
+    """scripts/settings_table.py writes the table from bot/settings.py; a hand edit or a new setting
+    without `--write` fails here."""
+    spec = importlib.util.spec_from_file_location("settings_table", REPO / "scripts" / "settings_table.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    start, end = "<!-- settings:start -->\n", "\n<!-- settings:end -->"
+    assert README.split(start, 1)[1].split(end, 1)[0] == module.table()
+
+
+@pytest.mark.parametrize(
+    ("field", "env"),
+    [("kb_dir", "VLLM_DOCTOR_KB_DIR"), ("runner_max_channels_per_host", "VLLM_DOCTOR_SSH_MAX_SESSIONS"),
+     ("slack_bot_token", "SLACK_BOT_TOKEN"), ("llm_language", "VLLM_DOCTOR_LANGUAGE")],
+)
+def test_grouped_settings_keep_their_environment_names(field: str, env: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The prefix names most fields, an explicit alias the older ones; both reach the same flat field."""
+    assert env_name(field) == env
+    monkeypatch.delenv("VLLM_DOCTOR_CONFIG", raising=False)
+    value = {"kb_dir": "/srv/kb", "runner_max_channels_per_host": "3", "slack_bot_token": "xoxb-1",
+             "llm_language": "zh"}[field]
+    monkeypatch.setenv(env, value)
+    assert str(getattr(Settings(), field)) == value
 
 
 def test_every_setting_has_a_description() -> None:

@@ -1,4 +1,4 @@
-"""The LLM circuit breaker and answer cache shared by replicas (bot/resilience_shared.py), on SQLite and
+"""The LLM circuit breaker and answer cache shared by replicas (bot/explain/resilience_shared.py), on SQLite and
 a real PostgreSQL: failures seen by different replicas add up, one replica gets the half-open trial, an
 explanation cached by one is a hit on the other. Time is a fake clock."""
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from bot.explain import Explanation
-from bot.resilience_shared import SharedAnswerCache, SharedCircuitBreaker
+from bot.explain.explainer import Explanation
+from bot.explain.resilience_shared import SharedAnswerCache, SharedCircuitBreaker
 from bot.storage import Database, open_database
 
 

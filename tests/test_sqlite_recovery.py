@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from bot.errors import ConfigError
-from bot.kbstore.candidates import CandidateStore
-from bot.kbstore.db import Database
+from bot.kb_growth.candidates import CandidateStore
+from bot.kb_growth.db import Database
 from bot.slack.store import SlackStateDB
 
 REPO = Path(__file__).resolve().parent.parent

@@ -22,7 +22,7 @@ def with_version(version: str, text: str = EXAMPLE) -> str:
 
 
 def best_and(doctor, log: str, **kw):
-    d = doctor.diagnose(log, **kw)
+    d = doctor.match(log, **kw)
     return d, next(m for m in d.matches if m.case_id == CASE)
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bot.errors import ConfigError, DoctorError, InvalidTarget, PermissionDenied, UnknownHost
+from bot.models import HostRequest
 from bot.runner.inventory import NAME_RE, Host, Inventory, load_inventory
 
 _SHELL_META = set(";|&$`\\\"'<>(){}[]*?!~#=%^,\n\r\t ")
@@ -38,14 +39,7 @@ def validate_target(target: str) -> str:
 _CHECK_NAME_RE = re.compile(r"^[a-z]+(?:\.[a-z0-9_]+)?$")
 
 
-@dataclass(frozen=True)
-class DiagnoseRequest:
-    target: str
-    checks: tuple[str, ...] = ()  # check ids or areas; empty = the whole catalogue up to max_tier
-    max_tier: int = 0
-
-
-def parse_request(text: str) -> DiagnoseRequest:
+def parse_request(text: str) -> HostRequest:
     """Chat text `host01 [check|area …] [tier N]` -> a validated request (InvalidTarget otherwise).
 
     Only names come out of this: the target as an inventory name, checks as catalogue names. Unknown
@@ -74,7 +68,7 @@ def parse_request(text: str) -> DiagnoseRequest:
             raise InvalidTarget(f"{shown!r} is not a check, an area or `tier N`; usage: "
                                 "`/vllm-diagnose HOST|GROUP [check or area …] [tier 0|1|2]`")
         i += 1
-    return DiagnoseRequest(target, tuple(checks), tier)
+    return HostRequest(target, tuple(checks), tier)
 
 
 def inventory_from_settings(settings) -> Inventory:

@@ -13,7 +13,7 @@ from pathlib import Path
 from bot.runner.inventory import Host
 from bot.runner.transport import CLIENT_GRACE_S, CommandResult, clip
 
-# bot/cli.py sets these (setdefault) for the doctor's OWN model loading. A local probe must see the
+# bot/cli/main.py sets these (setdefault) for the doctor's OWN model loading. A local probe must see the
 # user's environment, not ours: drop them unless they were there when this process started.
 _DOCTOR_DEFAULTS = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
 

@@ -69,7 +69,7 @@ def build_app(deps: SlackDeps, client: WebClient) -> App:
         raise ConfigError(f"Slack did not accept SLACK_BOT_TOKEN at {client.base_url} ({exc})") from exc
     app.middleware(_skip_retried_events(deps))
     app.error(_log_listener_error)
-    kb_growth.register(app, deps, deps.kb_growth)  # feedback, "Add as a KB case", review (bot.kbstore)
+    kb_growth.register(app, deps, deps.kb_growth)  # feedback, "Add as a KB case", review (bot.kb_growth)
     for area in (events, commands, actions, shortcuts, views):
         area.register(app, deps)
     return app

@@ -1,5 +1,5 @@
 """One diagnosis conversation in Slack, whatever the entry point (DM, mention, watch channel, file,
-/vllm-explain, message shortcut): placeholder in the thread → engine → answer → LLM text edited in
+/vllm-explain, message shortcut): placeholder in the thread → pipeline → answer → LLM text edited in
 progressively (with the host facts of the thread's last host diagnosis, if any) → long material as a
 file in the thread. Runs on a worker thread, never in an ack path.
 """
@@ -20,14 +20,15 @@ from bot.models import Diagnosis
 from bot.ops import metrics
 from bot.paste import Paste, decode_input
 from bot.question import question_language
-from bot.slack import blocks
-from bot.slack.blocks import Message
 from bot.slack.deps import SlackDeps
 from bot.slack.files import check_text_size, fetch_file_text
 from bot.slack.heuristics import looks_like_error_log
 from bot.slack.locale import answer_language
 from bot.slack.progress import ThrottledUpdater
 from bot.slack.recent import AnswerRecord
+from bot.slack.reply import answer as blocks
+from bot.slack.reply import kit
+from bot.slack.reply.kit import Message
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +93,7 @@ def diagnose_and_answer(deps: SlackDeps, client: Any, request: LogRequest) -> st
         paste = gather_text(deps, client, request)
     except errors.UserInputError as exc:
         if not request.only_if_log_like:  # nobody asked: stay quiet
-            tell_user(client, where, blocks.input_error(str(exc)))
+            tell_user(client, where, kit.input_error(str(exc)))
         return None
     if request.only_if_log_like and not looks_like_error_log(paste.text):
         return None
@@ -105,16 +106,16 @@ def diagnose_and_answer(deps: SlackDeps, client: Any, request: LogRequest) -> st
     # check results go into the LLM prompt
     host = deps.thread_facts.lookup(where.channel, where.thread_ts)
     try:
-        diagnosis = deps.engine.diagnose(paste, host_versions=host.versions if host else None,
-                                         host_label=host.label if host else "")
+        diagnosis = deps.pipeline.match(paste, host_versions=host.versions if host else None,
+                                        host_label=host.label if host else "")
     except errors.UserInputError as exc:
         post.retract()
-        tell_user(client, where, blocks.input_error(str(exc)))
+        tell_user(client, where, kit.input_error(str(exc)))
         return None
     except Exception:
         ref = secrets.token_hex(4)
         log.exception("diagnosis failed (ref %s) channel=%s thread=%s", ref, where.channel, where.thread_ts)
-        post.final(blocks.internal_error(ref, answer_language(locale, question_language(paste.text))))
+        post.final(kit.internal_error(ref, answer_language(locale, question_language(paste.text))))
         return None
 
     metrics.VERDICTS.labels(verdict=diagnosis.verdict).inc()
@@ -187,13 +188,13 @@ def _stream_explanation(deps: SlackDeps, diagnosis: Diagnosis, build: Callable[.
     streamed = ""
     explanation: Any = None
     try:
-        for piece in deps.engine.explain_stream(diagnosis, host_facts=host_facts, language=lang):
+        for piece in deps.pipeline.explain_stream(diagnosis, host_facts=host_facts, language=lang):
             if isinstance(piece, str):
                 streamed += piece
                 post.progress(lambda text=streamed: build(streaming_text=text))
             else:
                 explanation = piece
-    except Exception:  # the engine promises KB-only on LLM trouble; anything else must not lose the answer
+    except Exception:  # the pipeline promises KB-only on LLM trouble; anything else must not lose the answer
         log.exception("explanation failed; keeping the KB answer")
     final = build(explanation=explanation) if explanation is not None else build()
     post.final(final)
@@ -216,7 +217,7 @@ def _outcome(deps: SlackDeps, case_id: str) -> str | None:
 
 def _case_or_none(deps: SlackDeps, case_id: str) -> Any:
     try:
-        return deps.engine.case(case_id)
+        return deps.pipeline.case(case_id)
     except Exception:  # noqa: BLE001 - a case missing from the KB only costs the fix section
         log.warning("case %s not found in the KB", case_id)
         return None

@@ -1,6 +1,6 @@
 """Everything the listeners need, built once at start-up and handed to `register(app, deps)`.
 
-Tests build the same object with a local fake Slack and the real engine; nothing here talks to Slack.
+Tests build the same object with a local fake Slack and the real pipeline; nothing here talks to Slack.
 """
 
 from __future__ import annotations
@@ -10,21 +10,22 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from bot.models import Diagnosis
+from bot.paste import Paste
 from bot.settings import Settings
-from bot.slack.dedup import SeenEvents
 from bot.slack.locale import UserLocales
 from bot.slack.recent import RecentAnswers
+from bot.slack.seen_events import SeenEvents
 from bot.slack.thread_facts import ThreadFacts
 from bot.slack.work import Workers
 
 
-class Engine(Protocol):
-    """The part of bot.pipeline.Doctor the Slack bot uses."""
+class PastePipeline(Protocol):
+    """The explain-flow part of bot.pipeline.Pipeline the Slack listeners use."""
 
     kb: Any
 
-    def diagnose(
-        self, text: str | bytes, *, host_versions: Mapping[str, str] | None = None, host_label: str = ""
+    def match(
+        self, data: str | bytes | Paste, *, host_versions: Mapping[str, str] | None = None, host_label: str = ""
     ) -> Diagnosis: ...
 
     def case(self, case_id: str) -> Any: ...
@@ -37,15 +38,15 @@ class Engine(Protocol):
 @dataclass
 class SlackDeps:
     settings: Settings
-    engine: Engine
+    pipeline: PastePipeline
     bot_token: str
     workers: Workers = field(default_factory=Workers)
     seen_events: SeenEvents = field(default_factory=SeenEvents)
     recent: RecentAnswers = field(default_factory=RecentAnswers)  # SlackBot backs both with bot/slack/store.py
     thread_facts: ThreadFacts = field(default_factory=ThreadFacts)  # last host diagnosis per thread
     locales: UserLocales = field(default_factory=UserLocales)  # users.info locale per user, cached
-    hosts: Any | None = None  # bot.slack.hosts.HostDiagnostics when bot.runner is installed and configured
-    kb_growth: Any | None = None  # bot.kbstore.KBGrowth: feedback votes, candidates for new cases
+    hosts: Any | None = None  # bot.slack.hosts.HostDiagnostics (the diagnose flow) when an inventory is configured
+    kb_growth: Any | None = None  # bot.kb_growth.KBGrowth: feedback votes, candidates for new cases
     bot_user_id: str | None = None  # filled from auth.test when the App starts
 
     @property
@@ -66,6 +67,6 @@ class SlackDeps:
 
     def kb_size(self) -> int:
         try:
-            return len(self.engine.kb.cases)
+            return len(self.pipeline.kb.cases)
         except (AttributeError, TypeError):
             return 0

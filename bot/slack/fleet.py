@@ -19,10 +19,10 @@ from typing import Any
 from slack_sdk.errors import SlackApiError
 
 from bot.errors import DoctorError
+from bot.models import FleetReport, HostReport, HostRequest
 from bot.ops import metrics
 from bot.runner.fleet import FleetQueue, FleetRun, Job
-from bot.runner.report import DiagnosisReport, HostReport
-from bot.slack import blocks
+from bot.slack.reply import hosts as host_blocks
 from bot.slack.thread_facts import ThreadHostFacts
 from bot.storage import StorageError
 
@@ -128,20 +128,19 @@ class FleetWorker:
                 log.warning("could not renew fleet leases: %s", exc)
 
     def _check(self, jobs: list[Job]) -> list[HostReport]:
-        from bot.runner import check_hosts, resolve_target
-
+        pipeline = self.deps.hosts.pipeline
         spec = jobs[0].spec
+        request = HostRequest(jobs[0].host, tuple(spec.get("checks") or ()), int(spec.get("max_tier", 0)))
         hosts, reports = [], {}
         for job in jobs:
             try:
-                hosts.extend(resolve_target(job.host, self.settings))
+                hosts.extend(pipeline.resolve_hosts(job.host))
             except DoctorError as exc:  # removed from the inventory since the run was asked for
                 reports[job.host] = HostReport(host=job.host, error=str(exc), error_kind=type(exc).__name__)
         if hosts:
-            run = self._check_hosts or check_hosts
+            run = self._check_hosts or pipeline.check_hosts
             try:
-                for report in run(hosts, settings=self.settings, checks=spec.get("checks"),
-                                  max_tier=int(spec.get("max_tier", 0))):
+                for report in run(hosts, request):
                     reports[report.host] = report
             except DoctorError as exc:
                 for host in hosts:
@@ -177,24 +176,19 @@ class FleetWorker:
             self.queue.finished(run_id, self.owner)
 
     @staticmethod
-    def _report(run: FleetRun) -> DiagnosisReport:
+    def _report(run: FleetRun) -> FleetReport:
         spec = run.spec
-        return DiagnosisReport(target=run.target, hosts=run.hosts, max_tier=int(spec.get("max_tier", 0)),
+        return FleetReport(target=run.target, hosts=run.hosts, max_tier=int(spec.get("max_tier", 0)),
                                checks_requested=spec.get("checks"), started_at=run.created,
                                duration_s=time.time() - run.created)
 
     def _post_summary(self, run: FleetRun) -> None:
         spec, report = run.spec, self._report(run)
-        titles = {}
-        for case_id in report.case_ids():
-            try:
-                titles[case_id] = self.deps.engine.case(case_id).title
-            except Exception:  # noqa: BLE001 - a finding may name a case that was since removed
-                titles[case_id] = case_id
+        titles = self.deps.hosts.pipeline.case_titles(report.case_ids())
         from bot.slack.attachments import fleet_extras
 
         notes, pictures = fleet_extras(report, self.deps.settings)
-        message = blocks.host_report(report, kb_titles=titles, asker=spec.get("asker"), fleet_notes=notes)
+        message = host_blocks.host_report(report, kb_titles=titles, asker=spec.get("asker"), fleet_notes=notes)
         channel, ts, thread_ts = spec["channel"], spec.get("ts"), spec.get("thread_ts")
         if ts:
             self.client.chat_update(channel=channel, ts=ts, **message.as_kwargs())

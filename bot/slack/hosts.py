@@ -1,4 +1,4 @@
-"""Host diagnostics from Slack: the bridge between chat and bot.runner.
+"""Host diagnostics from Slack: the bridge between chat and the diagnose flow (Pipeline.diagnose).
 
     /vllm-diagnose gpu-01 [check … | tier N]     @bot diagnose gpu-01 (in a thread)
     "Run diagnostics on a host" button → host picker modal
@@ -23,8 +23,11 @@ from slack_sdk.errors import SlackApiError
 
 from bot.errors import DoctorError, UserInputError
 from bot.i18n import Language, case_title, t
-from bot.slack import blocks
+from bot.models import HostRequest
+from bot.pipeline import Requester
 from bot.slack.conversation import Where, tell_user
+from bot.slack.reply import hosts as host_blocks
+from bot.slack.reply import kit
 from bot.slack.thread_facts import ThreadHostFacts
 from bot.slack.usergroups import UserGroupDirectory, rule_groups
 
@@ -34,7 +37,7 @@ NOT_CONFIGURED = t("slack.host.not_configured", "en")  # both languages in bot/i
 MAX_TIER = 2
 
 
-def load_host_diagnostics(settings: Any) -> HostDiagnostics | None:
+def load_host_diagnostics(settings: Any, pipeline: Any) -> HostDiagnostics | None:
     """The runner bridge when bot.runner is installed and an inventory is configured, else None."""
     if getattr(settings, "runner_inventory", None) is None:
         return None
@@ -42,7 +45,7 @@ def load_host_diagnostics(settings: Any) -> HostDiagnostics | None:
         import bot.runner  # noqa: F401 - presence check; the module is imported again where it is used
     except ImportError:
         return None
-    return HostDiagnostics(settings)
+    return HostDiagnostics(settings, pipeline)
 
 
 def parse_args(words: list[str]) -> tuple[list[str] | None, int]:
@@ -57,13 +60,15 @@ def parse_args(words: list[str]) -> tuple[list[str] | None, int]:
 
 
 class HostDiagnostics:
-    def __init__(self, settings: Any) -> None:
+    def __init__(self, settings: Any, pipeline: Any) -> None:
         from bot.runner.access import access_inventory
 
         access_inventory(settings)  # at start: an access rule naming an unknown host or group is a ConfigError
         self.settings = settings
+        # the bot's pipeline under the bot's own settings (inventory, access rules): KB and index shared
+        self.pipeline: Any = pipeline.with_settings(settings) if pipeline is not None else None
         self.usergroups = UserGroupDirectory(ttl_s=getattr(settings, "slack_usergroup_cache_s", 60.0))
-        self.fleet: Any | None = None  # bot.slack.fleet.FleetWorker when replicas share a database
+        self.fleet: Any = None  # bot.slack.fleet.FleetWorker when replicas share a database
 
     def audit(self) -> Any:
         from bot.runner.audit import AuditLog
@@ -95,24 +100,21 @@ class HostDiagnostics:
 
     def start(self, deps: Any, client: Any, where: Where, target: str, args: list[str]) -> None:
         """Validate and authorize now (file reads, and cached user-group look-ups), run on a worker."""
-        from bot.runner import authorize
-
         try:
             checks, tier = parse_args(args)
             groups = self._groups(client, where.user, where.channel)
-            hosts = authorize(where.user or "", where.channel, groups, target, self.settings, max_tier=tier)
+            request = HostRequest(target, tuple(checks or ()), tier)
+            hosts = self.pipeline.authorize(where.user or "", where.channel, groups, request)
         except DoctorError as exc:
-            tell_user(client, where, blocks.input_error(str(exc)))
+            tell_user(client, where, kit.input_error(str(exc)))
             return
-        deps.workers.submit(self._run, deps, client, where, target, hosts, checks, tier)
+        deps.workers.submit(self._run, deps, client, where, request, hosts)
 
-    def _run(self, deps: Any, client: Any, where: Where, target: str, hosts: list[Any], checks: list[str] | None,
-             tier: int) -> None:
-        from bot.runner import run_diagnosis
-
+    def _run(self, deps: Any, client: Any, where: Where, request: HostRequest, hosts: list[Any]) -> None:
+        target = request.target
         names = [h.name for h in hosts]
-        lang = deps.locales.language_of(client, where.user) or "en"
-        start = blocks.host_progress(target, names, None, lang)
+        lang: Language = deps.locales.language_of(client, where.user) or "en"
+        start = host_blocks.host_progress(target, names, None, lang)
         kwargs: dict[str, Any] = {"channel": where.channel, **start.as_kwargs()}
         if where.thread_ts:
             kwargs["thread_ts"] = where.thread_ts
@@ -127,38 +129,33 @@ class HostDiagnostics:
         channel = posted.get("channel", where.channel) if posted else where.channel
         thread_ts = where.thread_ts or ts
         if self.fleet is not None and ts:  # replicas: one job per host in the shared queue
-            self._enqueue(where, channel, ts, target, hosts, checks, tier)
+            self._enqueue(where, channel, ts, request, hosts)
             return
         ticker = _ProgressTicker(client, channel, ts, target, names, deps.settings.slack_update_interval_s, lang)
         if ts:
             ticker.start()
         try:
-            report = run_diagnosis(
-                target, settings=self.settings, checks=checks, max_tier=tier, hosts=hosts,
-                progress=ticker.note, user_id=where.user, channel_id=where.channel, source="slack",
+            report = self.pipeline.diagnose(
+                request, hosts=hosts, progress=ticker.note,
+                requester=Requester(source="slack", user_id=where.user, channel_id=where.channel),
             )
         except DoctorError as exc:
             ticker.stop()
-            message = blocks.input_error(str(exc))
+            message = kit.input_error(str(exc))
             self._finish(client, where, channel, ts, message)
             return
         except Exception:
             ticker.stop()
             ref = secrets.token_hex(4)
             log.exception("host diagnosis of %s failed (ref %s)", target, ref)
-            self._finish(client, where, channel, ts, blocks.internal_error(ref, lang))
+            self._finish(client, where, channel, ts, kit.internal_error(ref, lang))
             return
         ticker.stop()
-        titles = {}
-        for case_id in report.case_ids():
-            try:
-                titles[case_id] = case_title(deps.engine.case(case_id), lang)
-            except Exception:  # noqa: BLE001 - a finding may name a case that was since removed
-                titles[case_id] = case_id
+        titles = self.pipeline.case_titles(report.case_ids(), lambda case: case_title(case, lang))
         from bot.slack.attachments import fleet_extras
 
         notes, pictures = fleet_extras(report, self.settings)
-        message = blocks.host_report(report, kb_titles=titles, asker=where.user if not where.thread_ts else None,
+        message = host_blocks.host_report(report, kb_titles=titles, asker=where.user if not where.thread_ts else None,
                                      lang=lang, fleet_notes=notes)
         self._finish(client, where, channel, ts, message)
         if thread_ts and (facts := ThreadHostFacts.from_report(channel, thread_ts, report)) is not None:
@@ -175,15 +172,13 @@ class HostDiagnostics:
                 except SlackApiError as exc:
                     log.warning("picture upload failed: %s", exc.response.get("error"))
 
-    def _enqueue(self, where: Where, channel: str, ts: str, target: str, hosts: list[Any],
-                 checks: list[str] | None, tier: int) -> None:
+    def _enqueue(self, where: Where, channel: str, ts: str, request: HostRequest, hosts: list[Any]) -> None:
         """The summary is posted by whichever replica stores the last host's result (bot/slack/fleet.py);
         the placeholder shows no live progress then: its edits could race the summary's."""
-        from bot.runner import planned_checks
-
+        target, checks, tier = request.target, list(request.checks) or None, request.max_tier
         names = [h.name for h in hosts]
         audit_run_id = self.audit().start(user_id=where.user, channel_id=where.channel, source="slack",
-                                          target=target, hosts=names, checks=planned_checks(self.settings, checks, tier),
+                                          target=target, hosts=names, checks=self.pipeline.planned_checks(request),
                                           max_tier=tier)
         spec = {"channel": channel, "ts": ts, "thread_ts": where.thread_ts, "checks": checks, "max_tier": tier,
                 "asker": where.user if not where.thread_ts else None}
@@ -191,7 +186,7 @@ class HostDiagnostics:
         self.fleet.poke()
 
     @staticmethod
-    def _finish(client: Any, where: Where, channel: str, ts: str | None, message: blocks.Message) -> None:
+    def _finish(client: Any, where: Where, channel: str, ts: str | None, message: kit.Message) -> None:
         if ts:
             client.chat_update(channel=channel, ts=ts, **message.as_kwargs())
         elif where.respond is not None:
@@ -230,7 +225,7 @@ class _ProgressTicker:
                 continue
             self._shown = latest
             try:
-                message = blocks.host_progress(self._target, self._hosts, latest, self._lang)
+                message = host_blocks.host_progress(self._target, self._hosts, latest, self._lang)
                 self._client.chat_update(channel=self._channel, ts=self._ts, **message.as_kwargs())
             except Exception as exc:  # noqa: BLE001 - progress is best effort
                 log.warning("progress update failed: %s", exc)
@@ -238,7 +233,7 @@ class _ProgressTicker:
 
 def start_host_diagnosis(deps: Any, client: Any, where: Where, target: str, args: list[str]) -> None:
     if deps.hosts is None:
-        lang = deps.locales.language_of(client, where.user) or "en"
-        tell_user(client, where, blocks.notice(t("slack.host.not_configured", lang), ":desktop_computer:"))
+        lang: Language = deps.locales.language_of(client, where.user) or "en"
+        tell_user(client, where, kit.notice(t("slack.host.not_configured", lang), ":desktop_computer:"))
         return
     deps.hosts.start(deps, client, where, target, args)

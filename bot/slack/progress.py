@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from bot.slack.blocks import Message
+from bot.slack.reply.kit import Message
 
 log = logging.getLogger(__name__)
 

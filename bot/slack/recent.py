@@ -3,7 +3,7 @@
 A bounded in-memory LRU in front of an optional store (bot/slack/store.py, SQLite): with the store, the
 buttons of an answer keep working after a restart until the retention ends (VLLM_DOCTOR_SLACK_STATE_*);
 without it (unit tests) a restart forgets, and old buttons say the answer has expired. Votes that rank
-KB cases live in the KB store (bot/kbstore); `feedback` here only marks the Home tab.
+KB cases live in the KB store (bot/kb_growth); `feedback` here only marks the Home tab.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ class ThreadHostFacts:
     thread_ts: str
     target: str  # what was diagnosed: a host or a group name
     hosts: tuple[str, ...]  # the hosts that could be checked
-    facts: tuple[str, ...]  # redacted lines from DiagnosisReport.facts_for_prompt(), failures first
+    facts: tuple[str, ...]  # redacted lines from FleetReport.facts_for_prompt(), failures first
     created: float = field(default_factory=time.time)
     # package → version the checks found (bot/versions.py), read against a pasted log's cases' fixed_in;
     # for a group, only the versions every checked host agrees on

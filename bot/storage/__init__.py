@@ -6,7 +6,8 @@ Stores write one SQL dialect (the common subset of SQLite ≥ 3.35 and PostgreSQ
 ON CONFLICT upserts, RETURNING) and get rows addressable by name and position on both backends.
 """
 
-from bot.storage.database import Connection, Database, Row, StorageError, one, open_database
+from bot.storage.backends import open_database
+from bot.storage.database import Connection, Database, Row, StorageError, one
 from bot.storage.migrations import Migration, SchemaTooNew
 
 __all__ = ["Connection", "Database", "Migration", "Row", "SchemaTooNew", "StorageError", "one", "open_database"]

@@ -9,7 +9,6 @@ StorageError so stores need not know which backend they run on.
 from __future__ import annotations
 
 import logging
-import re
 import sqlite3
 import threading
 from abc import ABC, abstractmethod
@@ -191,37 +190,3 @@ class _SQLiteConnection:
 
     def executemany(self, sql: str, rows: Sequence[Params]) -> None:
         self._conn.executemany(sql, [tuple(r) for r in rows])
-
-
-_OPEN: dict[str, Database] = {}
-_OPEN_LOCK = threading.Lock()
-
-
-def is_server_url(target: str | Path) -> bool:
-    return isinstance(target, str) and re.match(r"postgres(ql)?://", target) is not None
-
-
-def open_database(target: str | Path, what: str = "database", setting: str = "") -> Database:
-    """A Database for a file path (a new one each call: stores own their files) or the process-wide
-    one for a postgresql:// URL (one pool per server, shared by every store). `what`/`setting` name the
-    file in messages ("the KB database … (setting VLLM_DOCTOR_KB_DB)")."""
-    if not is_server_url(target):
-        return SQLiteDatabase(target, what, setting)
-    key = str(target)
-    with _OPEN_LOCK:
-        found = _OPEN.get(key)
-        if found is not None:
-            return found
-        from bot.storage.postgres import PostgresDatabase  # psycopg only when a server is configured
-
-        db: Database = PostgresDatabase(key)
-        _OPEN[key] = db
-        return db
-
-
-def forget(url: str) -> None:
-    """Close and drop the shared Database of a server (tests that simulate a restart)."""
-    with _OPEN_LOCK:
-        db = _OPEN.pop(url, None)
-    if db is not None:
-        db.close()

@@ -39,6 +39,6 @@ def engine(grow_settings: Any) -> Any:
 
 @pytest.fixture
 def growth(grow_settings: Any, engine: Any) -> Iterator[Any]:
-    from bot.kbstore import KBGrowth
+    from bot.kb_growth import KBGrowth
 
     yield KBGrowth(grow_settings, engine)

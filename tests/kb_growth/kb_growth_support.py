@@ -93,10 +93,10 @@ def copy_kb(dest: Path) -> Path:
 
 
 def make_engine(settings: Any) -> Any:
-    """The real Doctor on the settings' (temporary) KB and index, sharing the process's MiniLM model."""
-    from bot.pipeline import Doctor
+    """The real Pipeline on the settings' (temporary) KB and index, sharing the process's MiniLM model."""
+    from bot.pipeline import Pipeline
 
-    doctor = Doctor.from_settings(settings)
+    doctor = Pipeline.from_settings(settings)
     doctor._encoder_instance = real_encoder()  # one model per test process (the lead's tests do the same)
     _ = doctor.matcher
     return doctor

@@ -9,10 +9,10 @@ import re
 from fake_slack import block_errors
 from kb_growth_support import widget_case_data
 
-from bot.kbstore.candidates import Candidate
-from bot.kbstore.dedup import Similar
-from bot.kbstore.form import CaseForm
-from bot.slack import kb_growth_blocks as kbb
+from bot.kb_growth.candidates import Candidate
+from bot.kb_growth.duplicates import Similar
+from bot.kb_growth.form import CaseForm
+from bot.slack.reply import kb_growth as kbb
 
 BROADCAST = re.compile(r"<!(?:channel|here|everyone|subteam)|<https?://evil")
 EVIL = "<!here> <https://evil.example|click> & co"

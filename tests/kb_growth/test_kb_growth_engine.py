@@ -30,8 +30,8 @@ from kb_growth_support import (
 )
 
 from bot.errors import InvalidCase, PermissionDenied, ReviewConflict
-from bot.kbstore import KBGrowth
-from bot.kbstore.caseyaml import parse_case_text
+from bot.kb_growth import KBGrowth
+from bot.kb_growth.caseyaml import parse_case_text
 from bot.match import MAX_PRIOR, Matcher
 from indexer.index import MANIFEST_NAME, KBIndex, case_documents
 from kb.loader import load_kb
@@ -45,14 +45,14 @@ def _manifest(settings: Any) -> dict[str, Any]:
 
 
 def test_an_added_case_is_matched_by_the_very_next_paste(growth: Any, engine: Any, grow_settings: Any) -> None:
-    before = engine.diagnose(NOFILE_LOG)
+    before = engine.match(NOFILE_LOG)
     assert before.verdict != "match" or before.best.case_id != "too-many-open-files"
     applied = growth.add_case(parse_case_text(NOFILE_CASE_YAML, "case.yaml"))
     assert applied.live and applied.written.path == Path(grow_settings.kb_dir) / "serving" / "too-many-open-files.yaml"
     assert applied.live_seconds > 0  # how long it took is measured in bench/bench_kb_growth.py, not here
-    after = engine.diagnose(NOFILE_LOG)
+    after = engine.match(NOFILE_LOG)
     assert after.verdict == "match" and after.best.case_id == "too-many-open-files" and after.best.signature_hit
-    assert engine.diagnose(NOFILE_LOG_2).best.case_id == "too-many-open-files"
+    assert engine.match(NOFILE_LOG_2).best.case_id == "too-many-open-files"
     assert "too-many-open-files" in engine.index  # the index, not only the signature scanner, holds it
     assert _manifest(grow_settings)["case_hashes"] == load_kb(grow_settings.kb_dir).case_hashes
 
@@ -80,14 +80,14 @@ def test_twenty_concurrent_adds_lose_nothing_and_the_index_matches_the_files(gro
     assert len(written_ids) == 20
     on_disk = load_kb(grow_settings.kb_dir)  # strict: every file valid
     assert len(on_disk.cases) == base + 20 and written_ids <= set(on_disk.by_id())
-    engine.diagnose("warm")  # any request reloads whatever the last writer left
+    engine.match("warm")  # any request reloads whatever the last writer left
     assert engine.kb.content_hash == on_disk.content_hash
     assert set(engine.index.case_ids) == set(on_disk.by_id())
     assert _manifest(grow_settings)["case_hashes"] == on_disk.case_hashes
     reopened = KBIndex.open(on_disk, Path(grow_settings.index_dir), lambda: engine._encoder())
     assert reopened.stats.action == "loaded" and reopened.stats.encoded == 0
     for n in (0, 9, 15):  # each case answers its own log, by signature
-        best = engine.diagnose(f"RuntimeError: WidgetFault{n:03d}: controller 1 tripped").best
+        best = engine.match(f"RuntimeError: WidgetFault{n:03d}: controller 1 tripped").best
         assert best.signature_hit and best.title == f"Widget controller {n} trips with WidgetFault{n:03d}"
 
 
@@ -100,7 +100,7 @@ def test_a_crash_between_writing_and_indexing_heals_on_the_next_start(growth: An
     assert stats.action == "updated"
     assert stats.encoded == len(case_documents(case))  # only the new case was embedded
     assert stats.reused == stats.documents - stats.encoded
-    assert restarted.diagnose(NOFILE_LOG).best.case_id == "too-many-open-files"
+    assert restarted.match(NOFILE_LOG).best.case_id == "too-many-open-files"
     assert _manifest(grow_settings)["kb_content_hash"] == load_kb(grow_settings.kb_dir).content_hash
 
 
@@ -142,7 +142,7 @@ def test_review_needs_a_reviewer_and_allows_one_decision(grow_settings: Any, eng
     assert approval.applied.written.path.is_file()
     with pytest.raises(ReviewConflict, match="already approved"):
         growth.approve(sub.id, REVIEWER)
-    assert engine.diagnose(NOFILE_LOG).best.case_id == approval.applied.written.case.id
+    assert engine.match(NOFILE_LOG).best.case_id == approval.applied.written.case.id
 
 
 def _score(match: Any) -> float:
@@ -169,8 +169,8 @@ def _close_pair(engine: Any) -> tuple[Any, str, Any, Any]:
 
 
 def test_feedback_prior_is_bounded_and_a_flood_by_one_user_counts_once(growth: Any, engine: Any, tmp_path: Path) -> None:
-    from bot.kbstore.db import Database
-    from bot.kbstore.feedback import FeedbackStore
+    from bot.kb_growth.db import Database
+    from bot.kb_growth.feedback import FeedbackStore
 
     distilled, mode, first, second = _close_pair(engine)
     for n in range(100):  # one user floods "Didn't help" on the leader and "Fixed it" on the runner-up
@@ -202,7 +202,7 @@ def test_feedback_prior_is_bounded_and_a_flood_by_one_user_counts_once(growth: A
 
 def test_a_signature_hit_outranks_any_feedback(growth: Any, engine: Any) -> None:
     kv_log = engine.case("kv-cache-no-memory").examples[0].log
-    best = engine.diagnose(kv_log).matches
+    best = engine.match(kv_log).matches
     runner_up = next(m for m in best[1:] if not m.signature_hit)
     priors = {"kv-cache-no-memory": -MAX_PRIOR, runner_up.case_id: +MAX_PRIOR}
     from bot.distill import distill
@@ -216,8 +216,8 @@ def test_a_signature_hit_outranks_any_feedback(growth: Any, engine: Any) -> None
 
 def _kb(settings: Any, *argv: str, stdin: str = "") -> tuple[int, str, str]:
     """`vllm-doctor kb …` in-process (same parser as the real CLI), returning (rc, stdout, stderr)."""
-    from bot.cli import build_parser
-    from bot.kb_cli import run_kb_command
+    from bot.cli.kb import run_kb_command
+    from bot.cli.main import build_parser
 
     args: argparse.Namespace = build_parser().parse_args(["kb", *argv])
     out, err = io.StringIO(), io.StringIO()
@@ -245,8 +245,8 @@ def test_cli_add_from_file_then_search_and_stats(grow_settings: Any, tmp_path: P
     rc, out, _ = _kb(grow_settings, "search", "OSError: [Errno 24] Too many open files: '/var/run/x.sock'")
     assert rc == 0 and out.splitlines()[0].split()[1].startswith("too-many-open-files")
 
-    from bot.kbstore.db import Database
-    from bot.kbstore.feedback import FeedbackStore
+    from bot.kb_growth.db import Database
+    from bot.kb_growth.feedback import FeedbackStore
 
     store = FeedbackStore(Database(grow_settings.kb_db_path))
     for n in range(3):

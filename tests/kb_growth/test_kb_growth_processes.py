@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from kb_growth_support import widget_case_data
 
-from bot.kbstore.caseyaml import render_case
+from bot.kb_growth.caseyaml import render_case
 from indexer.index import MANIFEST_NAME
 from kb.loader import load_kb
 from kb.schema import Case

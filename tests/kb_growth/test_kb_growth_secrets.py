@@ -14,7 +14,7 @@ import pytest
 from kb_growth_support import AUTHOR, NOFILE_CASE_YAML, NOFILE_LOG
 from secret_corpus import SHAPES, corpus_paste, leaks
 
-from bot.kbstore.caseyaml import parse_case_text
+from bot.kb_growth.caseyaml import parse_case_text
 
 
 def _all_rows(db_path: Path) -> str:
@@ -52,5 +52,5 @@ def test_candidates_submissions_and_case_files_hold_no_secret(growth: Any, grow_
     applied = growth.add_case(case)
     written = applied.written.path.read_text(encoding="utf-8")
     assert SHAPES[0].marker in written and leaks(written) == []
-    assert growth.engine.diagnose(NOFILE_LOG).best.case_id == "too-many-open-files"
+    assert growth.pipeline.match(NOFILE_LOG).best.case_id == "too-many-open-files"
     assert leaks("\n".join(r.getMessage() for r in caplog.records)) == []

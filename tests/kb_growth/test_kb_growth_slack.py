@@ -27,9 +27,9 @@ from kb_growth_support import (
 from slack_logs import KV_CACHE_CASE, KV_CACHE_LOG
 from slack_support import SlackSender, bot_settings
 
-from bot.kbstore.db import Database
-from bot.kbstore.submissions import SubmissionStore
-from bot.slack import kb_growth_blocks as kbb
+from bot.kb_growth.db import Database
+from bot.kb_growth.submissions import SubmissionStore
+from bot.slack.reply import kb_growth as kbb
 from kb.loader import load_kb
 
 CHANNEL = "C0CHAN01"
@@ -55,7 +55,7 @@ def fake() -> Iterator[KBFakeSlack]:
 
 @pytest.fixture
 def kb_bot(fake: KBFakeSlack, grow_settings: Any, engine: Any) -> Iterator[tuple[Any, SlackSender]]:
-    from bot.slack.service import SlackBot
+    from bot.slack.server import SlackBot
 
     cfg = bot_settings(fake, grow_settings, kb_reviewers=[REVIEWER], kb_reviewer_group=REVIEWER_GROUP,
                        kb_review_channel=REVIEW_CHANNEL)
@@ -289,7 +289,7 @@ def test_reviewer_approves_others_are_refused_and_the_next_paste_gets_the_new_ca
                    and new_id in json.dumps(c.params.get("blocks")) for c in calls)
 
     fake.wait_for(answered, 60)
-    assert bot.deps.engine.diagnose(NOFILE_LOG).verdict == "match"
+    assert bot.deps.pipeline.match(NOFILE_LOG).verdict == "match"
 
     again = sender.interactive(button(fake, kbb.ACTION_REVIEW_REJECT, sub_id, REVIEWER, review_ts, "late"))
     assert again.status == 200

@@ -14,16 +14,16 @@ from kb_growth_support import widget_case_data
 
 from bot.distill import distill
 from bot.errors import InvalidCase, ReviewConflict
-from bot.kbstore.candidates import CandidateStore
-from bot.kbstore.caseyaml import parse_case_text, render_case
-from bot.kbstore.db import Database
-from bot.kbstore.feedback import FeedbackStore, prior_from_counts
-from bot.kbstore.form import CaseForm, case_to_form, form_to_case
-from bot.kbstore.gitcommit import author_string, commit_file
-from bot.kbstore.lint import healthy_logs, lint_case
-from bot.kbstore.submissions import SubmissionStore
-from bot.kbstore.suggest import generalise, suggest_signatures, suggest_title
-from bot.kbstore.writer import CaseWriter
+from bot.kb_growth.candidates import CandidateStore
+from bot.kb_growth.caseyaml import parse_case_text, render_case
+from bot.kb_growth.db import Database
+from bot.kb_growth.feedback import FeedbackStore, prior_from_counts
+from bot.kb_growth.form import CaseForm, case_to_form, form_to_case
+from bot.kb_growth.gitcommit import author_string, commit_file
+from bot.kb_growth.lint import healthy_logs, lint_case
+from bot.kb_growth.submissions import SubmissionStore
+from bot.kb_growth.suggest import generalise, suggest_signatures, suggest_title
+from bot.kb_growth.writer import CaseWriter
 from bot.match import MAX_PRIOR, SignatureScanner
 from kb.loader import KBError, load_kb
 from kb.schema import Case
@@ -205,7 +205,7 @@ def test_twenty_concurrent_writes_of_one_id_make_twenty_files(tmp_path: Path) ->
 
 _WRITER_PROCESS = """
 import sys
-from bot.kbstore.writer import CaseWriter
+from bot.kb_growth.writer import CaseWriter
 from kb.schema import Case
 sys.path.insert(0, sys.argv[3])
 from kb_growth_support import widget_case_data

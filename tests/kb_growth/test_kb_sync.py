@@ -1,4 +1,4 @@
-"""KB changes shared between replicas (bot/kbstore/sync.py) on SQLite and a real PostgreSQL: a case file
+"""KB changes shared between replicas (bot/kb_growth/sync.py) on SQLite and a real PostgreSQL: a case file
 written on replica A is applied to replica B's cases directory by B's poll, atomically, once; A skips
 its own; paths outside the cases directory are refused; a replica that starts later catches up. The
 engine is a counter of reload calls (its incremental reload is tested with the real index elsewhere)."""
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from bot.kbstore.db import Database
-from bot.kbstore.sync import KBSync, publish
+from bot.kb_growth.db import Database
+from bot.kb_growth.sync import KBSync, publish
 
 
 class Engine:

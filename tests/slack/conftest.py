@@ -31,7 +31,7 @@ def fake_slack() -> Iterator[FakeSlack]:
 @pytest.fixture
 def make_http_bot(fake_slack: FakeSlack, doctor: Any, settings: Any, tmp_path: Any) -> Iterator[Any]:
     """Start the bot in HTTP mode against the fake; returns (bot, sender). Stopped after the test."""
-    from bot.slack.service import SlackBot
+    from bot.slack.server import SlackBot
 
     started: list[Any] = []
 

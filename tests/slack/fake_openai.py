@@ -1,6 +1,6 @@
 """A stdlib OpenAI-compatible server (what vLLM serves) that streams one scripted JSON answer slowly.
 
-Plumbing for the Slack tests only: the real bot.explain / bot.llm client talks to it over HTTP, so the
+Plumbing for the Slack tests only: the real bot.explain.explainer / bot.explain.llm client talks to it over HTTP, so the
 test sees exactly what the bot would post for an LLM answer carrying mention injections. Behaviour of
 the real server is covered by the vLLM CPU test.
 """

@@ -14,8 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from slack_support import BOT_TOKEN, SIGNING_SECRET, SlackSender
-
-from tests.sshd_support import _free_port
+from sshd_support import _free_port
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -65,7 +64,7 @@ class Replica:
 def start_replica(env: dict[str, str], workdir: Path, n: int) -> Replica:
     port = _free_port(["127.0.0.1"])
     log = workdir / f"replica-{n}.log"
-    proc = subprocess.Popen([sys.executable, "-m", "bot.cli", "serve", "--http", "--port", str(port)],
+    proc = subprocess.Popen([sys.executable, "-m", "bot.cli.main", "serve", "--http", "--port", str(port)],
                             cwd=REPO, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
     return Replica(proc, f"http://127.0.0.1:{port}", log)
 

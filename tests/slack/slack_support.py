@@ -134,6 +134,6 @@ class SlackSender:
 def kb_store(bot_settings_: Any, engine: Any) -> Any:
     """The real KB store on a temp SQLite file; priors are not attached, so votes cast here cannot change
     the ranking of the session-wide engine that other tests share."""
-    from bot.kbstore import KBGrowth
+    from bot.kb_growth import KBGrowth
 
     return KBGrowth(bot_settings_, engine, attach_priors=False)

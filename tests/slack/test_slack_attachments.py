@@ -9,7 +9,7 @@ from typing import Any
 from fake_slack import FakeSlack
 from test_redact import CORPUS
 
-from bot.slack import blocks
+from bot.slack.reply import kit
 from kb.loader import load_kb
 from tests.conftest import EVAL_DIR
 
@@ -80,11 +80,11 @@ def test_draft_button_posts_a_draft_in_the_thread(http_bot: Any, fake_slack: Fak
         posted = [c for c in calls if c.method == "chat.postMessage" and c.params.get("thread_ts") == ts
                   and c.params.get("_ts")]
         edits = [c for c in calls if posted and c.method == "chat.update" and c.params.get("ts") == posted[0].params["_ts"]]
-        return edits[-1] if edits and blocks.ACTION_DRAFT_ISSUE in json.dumps(edits[-1].params["blocks"]) else None
+        return edits[-1] if edits and kit.ACTION_DRAFT_ISSUE in json.dumps(edits[-1].params["blocks"]) else None
 
     update = final(fake_slack.wait_for(lambda calls: final(calls) is not None, timeout=90))
     buttons = update.params["blocks"][-1]["elements"]
-    draft = next(b for b in buttons if b["action_id"] == blocks.ACTION_DRAFT_ISSUE)
+    draft = next(b for b in buttons if b["action_id"] == kit.ACTION_DRAFT_ISSUE)
     fake_slack.clear()
     sender.interactive({
         "type": "block_actions", "user": {"id": ALICE, "username": "alice", "team_id": "T0TEST01"},
@@ -92,7 +92,7 @@ def test_draft_button_posts_a_draft_in_the_thread(http_bot: Any, fake_slack: Fak
         "container": {"type": "message", "message_ts": update.params["ts"], "channel_id": DM},
         "message": {"ts": update.params["ts"], "thread_ts": ts, "text": "answer"},
         "trigger_id": "1337.42.draft", "response_url": fake_slack.response_url("draft"),
-        "actions": [{"action_id": blocks.ACTION_DRAFT_ISSUE, "block_id": "answer_actions", "type": "button",
+        "actions": [{"action_id": kit.ACTION_DRAFT_ISSUE, "block_id": "answer_actions", "type": "button",
                      "value": draft["value"]}],
     })
     sent = uploads(fake_slack, ".md")

@@ -14,10 +14,12 @@ import pytest
 from fake_slack import SPECIAL_MENTION_RE, block_errors
 from slack_sdk.models.blocks import Block
 
-from bot.explain import Explanation
+from bot.explain.explainer import Explanation
 from bot.models import Diagnosis, Distilled, Evidence, LogLine, Match
-from bot.slack import blocks
 from bot.slack.recent import AnswerRecord
+from bot.slack.reply import answer as blocks
+from bot.slack.reply import home as home_blocks
+from bot.slack.reply import kit
 from kb.schema import Case, Example, FixStep
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
@@ -140,7 +142,7 @@ def test_home_and_help_golden() -> None:
                      "ev", created=1000.0, feedback={"U0ALICE1": "fixed"}),
         AnswerRecord("a2", "U0ALICE1", "D0DM0001", "2.1", "2.2", "unknown", None, None, "ev", created=1000.0 - 7200),
     ]
-    view = blocks.home_view(user_id="U0ALICE1", kb_size=51, recent=recent, llm_enabled=True, runner_enabled=False,
+    view = home_blocks.home_view(user_id="U0ALICE1", kb_size=51, recent=recent, llm_enabled=True, runner_enabled=False,
                             max_bytes=4 * 1024 * 1024, watch_channels=["CWATCH01"], now=1030.0)
     assert_valid(view["blocks"], max_blocks=100)
     check_golden("home", view)
@@ -159,8 +161,8 @@ def test_every_untrusted_string_is_escaped() -> None:
         blocks.answer(diagnosis, answer_id="x", case=case),
         blocks.answer(diagnosis, answer_id="x", case=case, streaming_text=f"Streaming {INJECTION}"),
         blocks.answer(diagnosis, answer_id="x", case=case, explanation=explanation, asker="<!channel>"),
-        blocks.notice(INJECTION),
-        blocks.input_error(INJECTION),
+        kit.notice(INJECTION),
+        kit.input_error(INJECTION),
     ):
         assert_valid(message.blocks)
         for text in [message.text, json.dumps(message.blocks, ensure_ascii=False)]:
@@ -181,7 +183,7 @@ def test_long_material_stays_within_slack_limits(size: int) -> None:
         blocks.answer(diagnosis, answer_id="x", case=long_case, explanation=long_llm),
     ):
         assert_valid(message.blocks)
-        assert len(message.text) <= blocks.FALLBACK_TEXT_MAX
+        assert len(message.text) <= kit.FALLBACK_TEXT_MAX
         assert len(json.dumps(message.blocks)) < 13_000  # Slack's undocumented aggregate limit (msg_blocks_too_long)
         if size > 3_000:
             assert message.cut  # → the full log goes to a file in the thread
@@ -195,7 +197,7 @@ def test_host_facts_note_shows_only_while_the_llm_explains_and_is_escaped() -> N
 
     def source(**kw: Any) -> str:
         message = blocks.answer(make_diagnosis(), answer_id="a1", case=make_case(), host_facts_note=note, **kw)
-        assert not block_errors(message.blocks, blocks.MESSAGE_BLOCKS_MAX)
+        assert not block_errors(message.blocks, kit.MESSAGE_BLOCKS_MAX)
         return json.dumps(next(b for b in message.blocks if b.get("block_id") == "source"))
 
     assert "Using host facts" in source(llm_pending=True)

@@ -13,7 +13,7 @@ import yaml
 
 from bot.slack.commands import COMMANDS
 from bot.slack.events import EVENTS
-from bot.slack.kb_growth_blocks import SHORTCUT_ADD_TO_KB
+from bot.slack.reply.kb_growth import SHORTCUT_ADD_TO_KB
 from bot.slack.shortcuts.diagnose_message import DIAGNOSE_MESSAGE_CALLBACK
 
 REPO = Path(__file__).resolve().parents[2]

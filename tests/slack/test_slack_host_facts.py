@@ -14,12 +14,12 @@ import pytest
 from fake_openai import FakeOpenAI
 from fake_slack import BOT_USER_ID, FakeSlack
 from host_support import final_report
+from runner_support import start_fleet
 from slack_logs import KV_CACHE_CASE, KV_CACHE_LOG
+from sshd_support import require_sshd
 
-from bot.pipeline import Doctor
+from bot.pipeline import Pipeline
 from bot.settings import RunnerAccessRule
-from tests.runner_support import start_fleet
-from tests.sshd_support import require_sshd
 
 pytestmark = pytest.mark.sshd
 
@@ -53,9 +53,9 @@ def fake_llm() -> Iterator[FakeOpenAI]:
 
 
 @pytest.fixture(scope="module")
-def llm_engine(settings: Any, fake_llm: FakeOpenAI) -> Doctor:
+def llm_engine(settings: Any, fake_llm: FakeOpenAI) -> Pipeline:
     # no explanation cache: the same log explained twice must reach the server twice
-    return Doctor.from_settings(settings.model_copy(update={"vllm_base_url": fake_llm.base_url,
+    return Pipeline.from_settings(settings.model_copy(update={"vllm_base_url": fake_llm.base_url,
                                                             "llm_timeout_s": 30.0, "llm_cache_size": 0}))
 
 
@@ -98,7 +98,7 @@ def mention(thread_ts: str, ts: str, text: str, user: str = ALICE) -> dict[str, 
 
 
 def test_a_log_in_a_diagnosed_thread_is_explained_with_the_host_facts(
-        make_http_bot: Any, fake_slack: FakeSlack, fleet: Any, fake_llm: FakeOpenAI, llm_engine: Doctor) -> None:
+        make_http_bot: Any, fake_slack: FakeSlack, fleet: Any, fake_llm: FakeOpenAI, llm_engine: Pipeline) -> None:
     _, sender = make_http_bot(engine=llm_engine, vllm_base_url=fake_llm.base_url, **runner_overrides(fleet))
     diagnosed, elsewhere = "1700000500.000100", "1700000600.000100"
 
@@ -140,7 +140,7 @@ def test_a_log_in_a_diagnosed_thread_is_explained_with_the_host_facts(
 
 
 def test_host_facts_survive_a_bot_restart(make_http_bot: Any, fake_slack: FakeSlack, fleet: Any,
-                                          fake_llm: FakeOpenAI, llm_engine: Doctor, tmp_path: Path) -> None:
+                                          fake_llm: FakeOpenAI, llm_engine: Pipeline, tmp_path: Path) -> None:
     state = tmp_path / "slack-state.sqlite3"
     overrides = {"engine": llm_engine, "vllm_base_url": fake_llm.base_url, "slack_state_db": state,
                  **runner_overrides(fleet)}

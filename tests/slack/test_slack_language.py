@@ -13,7 +13,7 @@ from fake_openai import FakeOpenAI
 from fake_slack import FakeSlack
 from slack_logs import KV_CACHE_CASE, KV_CACHE_LOG
 
-from bot.pipeline import Doctor
+from bot.pipeline import Pipeline
 
 
 def dm(ts: str, text: str, user: str = "U0ALICE1") -> dict[str, Any]:
@@ -96,7 +96,7 @@ def test_an_english_llm_answer_to_a_chinese_asker_falls_back_to_the_chinese_kb_a
     make_http_bot: Any, fake_slack: FakeSlack, english_llm: FakeOpenAI, settings: Any
 ) -> None:
     fake_slack.locales["U0ALICE1"] = "zh-CN"
-    engine = Doctor.from_settings(settings.model_copy(update={"vllm_base_url": english_llm.base_url,
+    engine = Pipeline.from_settings(settings.model_copy(update={"vllm_base_url": english_llm.base_url,
                                                               "llm_timeout_s": 30.0}))
     _, sender = make_http_bot(engine=engine, vllm_base_url=english_llm.base_url)
     sender.event(dm("1700000305.000100", KV_CACHE_LOG), "Ev0ZHLLM")

@@ -13,7 +13,7 @@ from fake_slack import FakeSlack
 from slack_logs import KV_CACHE_CASE, KV_CACHE_LOG
 from vllm_support import vllm_server  # noqa: F401 - session fixture: the real vLLM CPU server
 
-from bot.pipeline import Doctor
+from bot.pipeline import Pipeline
 
 INJECTED = "<!channel> <!here> <@U0EVIL99> <https://evil.example|login>"
 
@@ -59,7 +59,7 @@ def fake_llm() -> Iterator[FakeOpenAI]:
 def test_llm_text_is_streamed_into_the_answer_and_never_pings(make_http_bot: Any, fake_slack: FakeSlack,
                                                              fake_llm: FakeOpenAI, settings: Any) -> None:
     llm_settings = settings.model_copy(update={"vllm_base_url": fake_llm.base_url, "llm_timeout_s": 30.0})
-    engine = Doctor.from_settings(llm_settings)
+    engine = Pipeline.from_settings(llm_settings)
     _, sender = make_http_bot(engine=engine, vllm_base_url=fake_llm.base_url)
     ts = "1700000200.000100"
     sender.event(dm(ts), "Ev0LLM1")
@@ -78,7 +78,7 @@ def test_llm_text_is_streamed_into_the_answer_and_never_pings(make_http_bot: Any
 
 def test_llm_down_keeps_the_kb_answer_with_a_note(make_http_bot: Any, fake_slack: FakeSlack, settings: Any) -> None:
     dead = "http://127.0.0.1:9/v1"  # nothing listens on port 9
-    engine = Doctor.from_settings(settings.model_copy(update={"vllm_base_url": dead, "llm_timeout_s": 5.0}))
+    engine = Pipeline.from_settings(settings.model_copy(update={"vllm_base_url": dead, "llm_timeout_s": 5.0}))
     _, sender = make_http_bot(engine=engine, vllm_base_url=dead)
     ts = "1700000201.000100"
     sender.event(dm(ts), "Ev0LLMDOWN")
@@ -94,7 +94,7 @@ def test_paste_to_answer_with_the_real_vllm_server(make_http_bot: Any, fake_slac
     """Real CPU vLLM (tiny random-weight model): the answer is the KB case, and the LLM step either gives
     a schema-valid explanation or a KB answer with a note; either way nothing unescaped is posted."""
     llm_settings = settings.model_copy(update={"vllm_base_url": vllm_server.base_url, "llm_timeout_s": 60.0})
-    engine = Doctor.from_settings(llm_settings)
+    engine = Pipeline.from_settings(llm_settings)
     _, sender = make_http_bot(engine=engine, vllm_base_url=vllm_server.base_url)
     ts = "1700000202.000100"
     sender.event(dm(ts), "Ev0VLLM")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bot.slack.mrkdwn import channel_link, code_block, escape, escape_limited, inline_code, user_mention
+from bot.slack.reply.mrkdwn import channel_link, code_block, escape, escape_limited, inline_code, user_mention
 
 
 def test_escape_only_the_three_control_characters() -> None:

@@ -25,11 +25,11 @@ from typing import Any
 import pytest
 from fake_slack import FakeSlack
 from replica_support import Replica, replica_env, start_replica, wait_ready
+from runner_support import Fleet, start_fleet
 from slack_logs import KV_CACHE_LOG
+from sshd_support import require_sshd
 
 from bot.storage import open_database
-from tests.runner_support import Fleet, start_fleet
-from tests.sshd_support import require_sshd
 
 pytestmark = [pytest.mark.sshd, pytest.mark.slow]
 

@@ -17,7 +17,7 @@ from fake_slack import FakeFile, FakeSlack
 from secret_corpus import SHAPES, corpus_paste, leaks
 from slack_logs import KV_CACHE_CASE
 
-from bot.pipeline import Doctor
+from bot.pipeline import Pipeline
 
 
 @pytest.fixture
@@ -51,7 +51,7 @@ def test_nothing_secret_reaches_slack_the_llm_or_the_stores(how: str, make_http_
                                                            caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)
     llm_settings = settings.model_copy(update={"vllm_base_url": fake_llm.base_url, "llm_timeout_s": 60.0})
-    engine = Doctor.from_settings(llm_settings)
+    engine = Pipeline.from_settings(llm_settings)
     _, sender = make_http_bot(engine=engine, vllm_base_url=fake_llm.base_url)
     paste = corpus_paste(pad=300)  # long lines: the answer is cut and the distilled log uploaded
     ts = "1700000300.000100"

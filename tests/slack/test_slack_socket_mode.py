@@ -18,7 +18,7 @@ from slack_support import bot_settings, kb_store
 
 @pytest.fixture
 def socket_bot(fake_slack: Any, doctor: Any, settings: Any, tmp_path: Any) -> Iterator[tuple[Any, FakeSocketMode]]:
-    from bot.slack.service import SlackBot
+    from bot.slack.server import SlackBot
 
     server = FakeSocketMode().start()
     fake_slack.socket_mode_url = server.url

@@ -7,12 +7,12 @@ from typing import Any
 import pytest
 
 from bot.errors import BinaryInput
-from bot.slack.blocks import Message
-from bot.slack.dedup import SeenEvents
 from bot.slack.files import allowed_download, decode_text
 from bot.slack.hosts import parse_args
 from bot.slack.incoming import host_request, mentions_user, slack_to_plain, strip_bot_mention
 from bot.slack.progress import ThrottledUpdater
+from bot.slack.reply.kit import Message
+from bot.slack.seen_events import SeenEvents
 
 
 def test_seen_events_remember_ids_until_they_expire() -> None:

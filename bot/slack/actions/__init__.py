@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from bot.slack import blocks
 from bot.slack.actions.draft_issue import draft_issue
 from bot.slack.actions.run_diagnostics import run_diagnostics
 from bot.slack.deps import SlackDeps
+from bot.slack.reply import kit
 
 
 def register(app: Any, deps: SlackDeps) -> None:
-    app.action(blocks.ACTION_RUN_DIAGNOSTICS)(run_diagnostics(deps))
-    app.action(blocks.ACTION_DRAFT_ISSUE)(draft_issue(deps))
+    app.action(kit.ACTION_RUN_DIAGNOSTICS)(run_diagnostics(deps))
+    app.action(kit.ACTION_DRAFT_ISSUE)(draft_issue(deps))

@@ -32,7 +32,7 @@ def _post_draft(deps: SlackDeps, client: Any, record: Any, lang: str) -> None:
     from bot.slack import attachments
 
     try:
-        diagnosis = deps.engine.diagnose(record.evidence)
+        diagnosis = deps.pipeline.match(record.evidence)
         text = attachments.draft_text(diagnosis, attachments.feedback_of(deps.kb_growth, diagnosis))
         client.files_upload_v2(channel=record.channel_id, thread_ts=record.thread_ts,
                                filename=f"vllm-issue-draft-{record.answer_id}.md", title=t("draft.posted", lang),

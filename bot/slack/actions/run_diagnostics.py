@@ -8,8 +8,9 @@ from collections.abc import Callable
 from typing import Any
 
 from bot.i18n import t
-from bot.slack import blocks
 from bot.slack.deps import SlackDeps
+from bot.slack.reply import hosts as host_blocks
+from bot.slack.reply import kit
 
 
 def run_diagnostics(deps: SlackDeps) -> Callable[..., None]:
@@ -18,7 +19,7 @@ def run_diagnostics(deps: SlackDeps) -> Callable[..., None]:
         user = (body.get("user") or {}).get("id")
         lang = deps.locales.language_of(client, user) or "en"
         if deps.hosts is None:
-            message = blocks.notice(t("slack.host.not_configured", lang), ":desktop_computer:")
+            message = kit.notice(t("slack.host.not_configured", lang), ":desktop_computer:")
             respond(text=message.text, blocks=message.blocks, response_type="ephemeral", replace_original=False)
             return
         container = body.get("container") or {}
@@ -33,7 +34,7 @@ def run_diagnostics(deps: SlackDeps) -> Callable[..., None]:
         )
         client.views_open(
             trigger_id=body["trigger_id"],
-            view=blocks.host_picker_view(
+            view=host_blocks.host_picker_view(
                 private_metadata=metadata,
                 hosts_hint=deps.hosts.picker_hint(client, user, channel, lang),
                 lang=lang,

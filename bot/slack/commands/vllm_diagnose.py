@@ -6,10 +6,11 @@ from collections.abc import Callable
 from typing import Any
 
 from bot.i18n import Language, t
-from bot.slack import blocks
 from bot.slack.conversation import Where
 from bot.slack.deps import SlackDeps
 from bot.slack.hosts import start_host_diagnosis
+from bot.slack.reply import home as home_blocks
+from bot.slack.reply import kit
 
 
 def vllm_diagnose(deps: SlackDeps) -> Callable[..., None]:
@@ -21,7 +22,7 @@ def vllm_diagnose(deps: SlackDeps) -> Callable[..., None]:
             lang = deps.locales.language_of(client, command.get("user_id")) or "en"
         if is_help:
             ack(
-                **blocks.help_message(
+                **home_blocks.help_message(
                     max_bytes=deps.max_bytes,
                     watch_channels=sorted(deps.watch_channels),
                     runner_enabled=deps.runner_enabled,
@@ -30,7 +31,7 @@ def vllm_diagnose(deps: SlackDeps) -> Callable[..., None]:
             )
             return
         if deps.hosts is None:
-            ack(**blocks.notice(t("slack.host.not_configured", lang)).as_kwargs())
+            ack(**kit.notice(t("slack.host.not_configured", lang)).as_kwargs())
             return
         ack()
         where = Where(channel=command["channel_id"], user=command.get("user_id"), thread_ts=None, respond=respond)

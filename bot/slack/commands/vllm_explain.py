@@ -8,11 +8,11 @@ from typing import Any
 
 from bot.errors import UserInputError
 from bot.i18n import t
-from bot.slack import blocks
 from bot.slack.conversation import LogRequest, Where, diagnose_and_answer
 from bot.slack.deps import SlackDeps
 from bot.slack.files import check_text_size
 from bot.slack.incoming import slack_to_plain
+from bot.slack.reply import kit
 
 USAGE = t("slack.usage.explain", "en")  # both languages in bot/i18n.py
 
@@ -22,12 +22,12 @@ def vllm_explain(deps: SlackDeps) -> Callable[..., None]:
         text = slack_to_plain(command.get("text") or "")
         if not text.strip() or text.strip().lower() == "help":
             lang = deps.locales.language_of(client, command.get("user_id")) or "en"  # cached: the ack stays fast
-            ack(**blocks.notice(t("slack.usage.explain", lang)).as_kwargs())
+            ack(**kit.notice(t("slack.usage.explain", lang)).as_kwargs())
             return
         try:
             check_text_size(text, deps.max_bytes, "That log")
         except UserInputError as exc:
-            ack(**blocks.input_error(str(exc)).as_kwargs())
+            ack(**kit.input_error(str(exc)).as_kwargs())
             return
         ack()
         where = Where(channel=command["channel_id"], user=command.get("user_id"), thread_ts=None, respond=respond)

@@ -6,8 +6,9 @@ from collections.abc import Callable
 from typing import Any
 
 from bot.i18n import Language
-from bot.slack import blocks, kb_growth_blocks
 from bot.slack.deps import SlackDeps
+from bot.slack.reply import home as home_blocks
+from bot.slack.reply import kb_growth as kbb
 
 
 def app_home_opened(deps: SlackDeps) -> Callable[..., None]:
@@ -22,7 +23,7 @@ def app_home_opened(deps: SlackDeps) -> Callable[..., None]:
 
 
 def home_for(deps: SlackDeps, user: str, lang: Language = "en") -> dict[str, Any]:
-    view = blocks.home_view(
+    view = home_blocks.home_view(
         user_id=user,
         kb_size=deps.kb_size(),
         recent=deps.recent.for_user(user),
@@ -33,6 +34,6 @@ def home_for(deps: SlackDeps, user: str, lang: Language = "en") -> dict[str, Any
         lang=lang,
     )
     # Logs that got "unknown" or "Didn't help": candidates for new KB cases (Home tabs allow 100 blocks).
-    extra = kb_growth_blocks.home_section_for(getattr(deps, "kb_growth", None), lang=lang)
+    extra = kbb.home_section_for(getattr(deps, "kb_growth", None), lang=lang)
     view["blocks"] = (view["blocks"] + extra)[:100]
     return view

@@ -6,11 +6,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from bot.slack import blocks
 from bot.slack.conversation import LogRequest, Where, diagnose_and_answer, tell_user
 from bot.slack.deps import SlackDeps
 from bot.slack.hosts import start_host_diagnosis
 from bot.slack.incoming import host_request, slack_to_plain, strip_bot_mention
+from bot.slack.reply import home as home_blocks
 
 
 def app_mention(deps: SlackDeps) -> Callable[..., None]:
@@ -35,7 +35,7 @@ def app_mention(deps: SlackDeps) -> Callable[..., None]:
         tell_user(
             client,
             where,
-            blocks.help_message(
+            home_blocks.help_message(
                 max_bytes=deps.max_bytes, watch_channels=sorted(deps.watch_channels), runner_enabled=deps.runner_enabled,
                 lang=deps.locales.language_of(client, where.user) or "en",
             ),

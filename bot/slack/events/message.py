@@ -12,12 +12,12 @@ from typing import Any
 
 from bot.i18n import t
 from bot.question import is_deployment_question, question_language
-from bot.slack import blocks
 from bot.slack.conversation import LogRequest, Where, diagnose_and_answer, tell_user
 from bot.slack.deps import SlackDeps
 from bot.slack.heuristics import looks_like_error_log
 from bot.slack.incoming import mentions_user, slack_to_plain
 from bot.slack.locale import answer_language
+from bot.slack.reply import kit
 from kb.glossary import default_glossary
 
 _ANSWERED_SUBTYPES = {None, "file_share", "thread_broadcast"}
@@ -45,7 +45,7 @@ def message(deps: SlackDeps) -> Callable[..., None]:
                 deps.workers.submit(diagnose_and_answer, deps, client, LogRequest(where, plain, files))
             else:
                 lang = answer_language(deps.locales.language_of(client, where.user), question_language(plain))
-                tell_user(client, where, blocks.notice(t("slack.usage.dm", lang)))
+                tell_user(client, where, kit.notice(t("slack.usage.dm", lang)))
             return
         if event["channel"] in deps.watch_channels:
             log_files = [f for f in files if _LOG_FILE_RE.search(str(f.get("name") or f.get("title") or ""))]

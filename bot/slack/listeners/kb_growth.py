@@ -25,16 +25,16 @@ from slack_sdk.errors import SlackApiError
 
 from bot.errors import InvalidCase, PermissionDenied, ReviewConflict, UserInputError
 from bot.i18n import Language, t
-from bot.kbstore import KBGrowth
-from bot.kbstore.dedup import Similar
-from bot.kbstore.submissions import Submission
-from bot.slack import blocks
-from bot.slack import kb_growth_blocks as kbb
+from bot.kb_growth import KBGrowth
+from bot.kb_growth.duplicates import Similar
+from bot.kb_growth.submissions import Submission
 from bot.slack.deps import SlackDeps
 from bot.slack.files import fetch_file_text
 from bot.slack.heuristics import looks_like_error_log
 from bot.slack.incoming import slack_to_plain
-from bot.slack.mrkdwn import escape, escape_limited, user_mention
+from bot.slack.reply import kb_growth as kbb
+from bot.slack.reply import kit
+from bot.slack.reply.mrkdwn import escape, escape_limited, user_mention
 
 log = logging.getLogger(__name__)
 
@@ -58,13 +58,13 @@ class Source:
 
 
 def register(app: Any, deps: SlackDeps, growth: KBGrowth | None = None) -> KBGrowth:
-    growth = growth or KBGrowth.from_settings(deps.settings, deps.engine, group_members=_group_lookup(app.client))
+    growth = growth or KBGrowth.from_settings(deps.settings, deps.pipeline, group_members=_group_lookup(app.client))
     deps.kb_growth = growth  # answers read outcomes and note unknown logs through it (conversation.py)
     deps.workers.submit(_warm, growth)
     app.shortcut(kbb.SHORTCUT_ADD_TO_KB)(_open_from_shortcut(deps, growth))
-    app.action(blocks.ACTION_ADD_KB_CASE)(_open_from_answer(deps, growth))
-    app.action(blocks.ACTION_FIXED)(_feedback(deps, growth, "fixed"))
-    app.action(blocks.ACTION_NOT_HELPFUL)(_feedback(deps, growth, "not_helpful"))
+    app.action(kit.ACTION_ADD_KB_CASE)(_open_from_answer(deps, growth))
+    app.action(kit.ACTION_FIXED)(_feedback(deps, growth, "fixed"))
+    app.action(kit.ACTION_NOT_HELPFUL)(_feedback(deps, growth, "not_helpful"))
     app.view(kbb.VIEW_CASE_FORM)(_form_submitted(deps, growth))
     app.view(kbb.VIEW_DUPLICATE)(_duplicate_chosen(deps, growth))
     app.action(kbb.ACTION_REVIEW_APPROVE)(_review(deps, growth, approve=True))
@@ -75,7 +75,7 @@ def register(app: Any, deps: SlackDeps, growth: KBGrowth | None = None) -> KBGro
 def _warm(growth: KBGrowth) -> None:
     """Distil the healthy logs and the KB examples once, so the first form check fits in the 3 s ack."""
     _ = growth.healthy
-    for case in growth.engine.kb.cases[:1]:
+    for case in growth.pipeline.kb.cases[:1]:
         growth.lint(case, replacing=case.id)
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from bot.slack import blocks
 from bot.slack.deps import SlackDeps
+from bot.slack.reply import hosts as blocks
 from bot.slack.views.host_picker import host_picker_submitted
 
 

@@ -8,21 +8,21 @@ from collections.abc import Callable
 from typing import Any
 
 from bot.i18n import t
-from bot.slack import blocks
 from bot.slack.conversation import Where
 from bot.slack.deps import SlackDeps
 from bot.slack.hosts import start_host_diagnosis
+from bot.slack.reply import hosts as picker
 
 
 def host_picker_submitted(deps: SlackDeps) -> Callable[..., None]:
     def on_host_picker(ack: Any, body: dict[str, Any], view: dict[str, Any], client: Any) -> None:
         values = view["state"]["values"]
-        target = ((values.get(blocks.HOST_PICKER_BLOCK) or {}).get(blocks.HOST_PICKER_INPUT) or {}).get("value") or ""
+        target = ((values.get(picker.HOST_PICKER_BLOCK) or {}).get(picker.HOST_PICKER_INPUT) or {}).get("value") or ""
         words = target.split()
         user = (body.get("user") or {}).get("id")
         lang = deps.locales.language_of(client, user) or "en"
         if deps.hosts is None:
-            ack(response_action="errors", errors={blocks.HOST_PICKER_BLOCK: t("slack.host.not_configured", lang)[:150]})
+            ack(response_action="errors", errors={picker.HOST_PICKER_BLOCK: t("slack.host.not_configured", lang)[:150]})
             return
         try:
             meta = json.loads(view.get("private_metadata") or "{}")
@@ -31,7 +31,7 @@ def host_picker_submitted(deps: SlackDeps) -> Callable[..., None]:
         channel = meta.get("channel") or user
         problem = deps.hosts.check_target(client, user, channel, words[0]) if words else t("slack.picker.empty", lang)
         if problem:
-            ack(response_action="errors", errors={blocks.HOST_PICKER_BLOCK: problem})
+            ack(response_action="errors", errors={picker.HOST_PICKER_BLOCK: problem})
             return
         ack()
         where = Where(channel=channel, user=user, thread_ts=meta.get("thread_ts"))

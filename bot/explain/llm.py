@@ -186,7 +186,7 @@ class LLMClient:
         messages: list[dict[str, str]],
         model: str,
         max_tokens: int,
-        schema: dict | None,
+        schema: dict[str, Any] | None,
         temperature: float,
     ) -> dict[str, Any]:
         kwargs: dict[str, Any] = {
@@ -209,7 +209,7 @@ class LLMClient:
         model: str,
         max_tokens: int,
         deadline: float,
-        schema: dict | None = None,
+        schema: dict[str, Any] | None = None,
         temperature: float = 0.2,
     ) -> ChatResult:
         started = time.monotonic()
@@ -244,7 +244,7 @@ class LLMClient:
         deadline: float,
         stall_s: float,
         result: ChatResult,
-        schema: dict | None = None,
+        schema: dict[str, Any] | None = None,
         temperature: float = 0.2,
     ) -> Iterator[str]:
         """Yield content deltas. `result` is filled in as the stream goes (finish reason, usage, timings).

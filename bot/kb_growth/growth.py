@@ -7,8 +7,8 @@
     add_case         direct write (CLI), same checks
     vote / note_answer / outcome_text / stats      feedback and candidates for new cases
 
-Going live: a case file is written atomically under a lock (writer.py), then the running engine reloads
-(Doctor.reload_if_changed: changed files are re-read and only their documents re-embedded). If the
+Going live: a case file is written atomically under a lock (writer.py), then the running pipeline reloads
+(Pipeline.reload_if_changed: changed files are re-read and only their documents re-embedded). If the
 process dies between the two, the next start finds the index manifest's KB hash differs from the files
 and re-embeds just the new case (indexer/index.py), so nothing is lost.
 """
@@ -26,24 +26,24 @@ from typing import Any
 
 from bot.distill import distill
 from bot.errors import InvalidCase, PermissionDenied, ReviewConflict, UserInputError
-from bot.kbstore.candidates import CandidateStore
-from bot.kbstore.caseyaml import normalised
-from bot.kbstore.db import Database
-from bot.kbstore.dedup import Similar, likely_duplicates, nearest_cases
-from bot.kbstore.feedback import FeedbackStore, Vote, VoteResult
-from bot.kbstore.form import EXAMPLE_SEPARATOR, CaseForm, form_to_case
-from bot.kbstore.gitcommit import CommitResult, author_string, commit_file
-from bot.kbstore.lint import LintReport, healthy_logs, lint_case, signature_fires
-from bot.kbstore.submissions import Submission, SubmissionStore
-from bot.kbstore.suggest import (
+from bot.kb_growth.candidates import CandidateStore
+from bot.kb_growth.caseyaml import normalised
+from bot.kb_growth.db import Database
+from bot.kb_growth.duplicates import Similar, likely_duplicates, nearest_cases
+from bot.kb_growth.feedback import FeedbackStore, Vote, VoteResult
+from bot.kb_growth.form import EXAMPLE_SEPARATOR, CaseForm, form_to_case
+from bot.kb_growth.gitcommit import CommitResult, author_string, commit_file
+from bot.kb_growth.lint import LintReport, healthy_logs, lint_case, signature_fires
+from bot.kb_growth.submissions import Submission, SubmissionStore
+from bot.kb_growth.suggest import (
     SignatureSuggestion,
     example_text,
     suggest_area,
     suggest_signatures,
     suggest_title,
 )
-from bot.kbstore.sync import publish
-from bot.kbstore.writer import CaseWriter, Written
+from bot.kb_growth.sync import publish
+from bot.kb_growth.writer import CaseWriter, Written
 from bot.paste import Paste, redacted
 from bot.storage import StorageError
 from kb.loader import DEFAULT_CASES_DIR, load_case_file
@@ -117,7 +117,7 @@ class Checked:
 class Applied:
     written: Written
     live_seconds: float  # write → reloaded KB and index (the case is matched from here on)
-    live: bool  # False when the write dir is not the directory the engine reads
+    live: bool  # False when the write dir is not the directory the pipeline reads
     commit: CommitResult | None
     resolved_candidates: int
 
@@ -132,19 +132,19 @@ class KBGrowth:
     def __init__(
         self,
         settings: Any,
-        engine: Any,
+        pipeline: Any,
         *,
         group_members: Callable[[str], Collection[str]] | None = None,
         attach_priors: bool = True,
         replica: str | None = None,
     ):
         self.settings = settings
-        self.engine = engine
+        self.pipeline = pipeline
         self.db = Database(settings.store_target(settings.kb_db_path))
         self.feedback = FeedbackStore(self.db)
         self.candidates = CandidateStore(self.db)
         self.submissions = SubmissionStore(self.db)
-        read_dir = Path(getattr(engine, "cases_dir", None) or settings.kb_dir or DEFAULT_CASES_DIR)
+        read_dir = Path(getattr(pipeline, "cases_dir", None) or settings.kb_dir or DEFAULT_CASES_DIR)
         self.write_dir = Path(settings.kb_write_dir) if settings.kb_write_dir else read_dir
         self.live = self.write_dir.resolve() == read_dir.resolve()
         if not self.live:
@@ -153,7 +153,7 @@ class KBGrowth:
                 self.write_dir, read_dir,
             )
         self.writer = CaseWriter(self.write_dir)
-        self.replica = replica or "local"  # who published a KB change (bot/kbstore/sync.py)
+        self.replica = replica or "local"  # who published a KB change (bot/kb_growth/sync.py)
         self.reviewers = ReviewerPolicy(settings.kb_reviewers, settings.kb_reviewer_group, group_members)
         self.duplicate_threshold = float(settings.kb_duplicate_threshold)
         self._healthy_dir = Path(settings.kb_healthy_logs_dir) if settings.kb_healthy_logs_dir else None
@@ -164,12 +164,12 @@ class KBGrowth:
             self.attach_priors()
 
     @classmethod
-    def from_settings(cls, settings: Any, engine: Any, **kw: Any) -> KBGrowth:
-        return cls(settings, engine, **kw)
+    def from_settings(cls, settings: Any, pipeline: Any, **kw: Any) -> KBGrowth:
+        return cls(settings, pipeline, **kw)
 
     def attach_priors(self) -> bool:
-        """Hand the live feedback priors to the engine's matcher (Doctor.set_priors, when the engine has it)."""
-        setter = getattr(self.engine, "set_priors", None)
+        """Hand the live feedback priors to the pipeline's matcher (Pipeline.set_priors, when it has one)."""
+        setter = getattr(self.pipeline, "set_priors", None)
         if callable(setter):
             setter(self.feedback.priors())
             return True
@@ -181,7 +181,7 @@ class KBGrowth:
         return healthy_logs(self._healthy_dir)
 
     def _others(self, exclude: str | None = None) -> list[Case]:
-        return [c for c in self.engine.kb.cases if c.id != exclude]
+        return [c for c in self.pipeline.kb.cases if c.id != exclude]
 
     def lint(self, case: Case, *, replacing: str | None = None) -> LintReport:
         return lint_case(case, healthy=self.healthy, others=self._others(exclude=replacing))
@@ -196,10 +196,10 @@ class KBGrowth:
         return case, report
 
     def check(self, case_or_form: Case | CaseForm, *, replacing: str | None = None) -> Checked:
-        """validate(), then the nearest existing cases (runs the engine: ~0.1–1 s)."""
+        """validate(), then the nearest existing cases (runs the pipeline's match: ~0.1–1 s)."""
         case, report = self.validate(case_or_form, replacing=replacing)
         nearest = nearest_cases(
-            self.engine,
+            self.pipeline,
             [ex.log for ex in case.examples],
             exclude=[replacing] if replacing else [],
             overlaps=report.overlaps,
@@ -215,7 +215,7 @@ class KBGrowth:
         distilled = distill(paste)
         matches: tuple[Any, ...] = ()
         try:
-            matches = self.engine.diagnose(paste).matches
+            matches = self.pipeline.match(paste).matches
         except UserInputError:
             pass
         suggestions = suggest_signatures(paste.text, healthy=self.healthy, others=self._others(), distilled=distilled)
@@ -278,7 +278,7 @@ class KBGrowth:
             raise ReviewConflict("this form was not checked yet; submit it again")
         if choice == "new":
             return self.submissions.submit(sub_id, kind="new")
-        if choice not in self.engine.kb.by_id():
+        if choice not in self.pipeline.kb.by_id():
             raise UserInputError(f"there is no case {choice!r} any more; choose again")
         return self.submissions.submit(sub_id, kind="example", target_case=choice)
 
@@ -388,7 +388,7 @@ class KBGrowth:
     def _go_live(self, written: Written, commit: CommitResult | None) -> Applied:
         started = time.perf_counter()
         if self.live:
-            self.engine.reload_if_changed()
+            self.pipeline.reload_if_changed()
         if getattr(self.settings, "database_url", None):  # the other replicas apply it within VLLM_DOCTOR_KB_POLL seconds
             try:
                 publish(self.db, self.write_dir, written.path, self.replica)
@@ -437,7 +437,7 @@ class KBGrowth:
         return self.feedback.outcome_text(case_id)
 
     def stats(self, top: int = 10) -> dict[str, Any]:
-        kb = self.engine.kb
+        kb = self.pipeline.kb
         by_area = {area: 0 for area in AREAS}
         for case in kb.cases:
             by_area[case.area] = by_area.get(case.area, 0) + 1

@@ -1,9 +1,9 @@
 """`vllm-doctor diagnose HOST|GROUP [--inventory FILE] [--json] [--check ID …] [--tier N]` and
-`vllm-doctor diagnose --local [--json]`. bot/cli.py calls configure_parser() and run().
+`vllm-doctor diagnose --local [--json]`. bot/cli/main.py calls configure_parser() and run().
 
 Module-level imports stay light (no asyncssh, no rich) so building the CLI parser costs nothing.
 Exit status: 0 no failures, 1 some check failed/errored/timed out or a host could not be checked,
-2 bad arguments or configuration (raised as DoctorError and printed by bot/cli.py).
+2 bad arguments or configuration (raised as DoctorError and printed by bot/cli/main.py).
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 from bot.i18n import Language, t
 
 if TYPE_CHECKING:
+    from bot.models import FleetReport
     from bot.runner.fleet_view import FleetView
-    from bot.runner.report import DiagnosisReport as FleetReportLike
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -59,7 +59,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, settings) -> int:
     from bot.errors import UserInputError
-    from bot.runner import local_host, run_diagnosis
+    from bot.models import HostRequest
+    from bot.pipeline import Pipeline
     from bot.runner.inventory import HostSpec, host_from_spec
 
     if args.inventory is not None:
@@ -70,6 +71,7 @@ def run(args: argparse.Namespace, settings) -> int:
         raise UserInputError("name a host or group from the inventory, or use --local")
     if args.local and args.target:
         raise UserInputError("give either a host/group or --local, not both")
+    pipeline = Pipeline(settings)
     hosts = None
     if args.local:
         fields = {"python": args.python, "endpoint": args.endpoint, "serve_port": args.serve_port,
@@ -82,15 +84,15 @@ def run(args: argparse.Namespace, settings) -> int:
         except Exception as exc:
             raise UserInputError(f"bad --local option: {exc}") from exc
         validated = host_from_spec("local", spec)  # derives serve_port from --endpoint
-        hosts = [local_host(settings, python=spec.python, endpoint=validated.endpoint,
-                            serve_port=validated.serve_port, expected_gpus=validated.expected_gpus,
-                            model_dir=validated.model_dir, served_model=validated.served_model,
-                            gpu_memory_utilization=validated.gpu_memory_utilization)]
+        hosts = [pipeline.local_host(python=spec.python, endpoint=validated.endpoint,
+                                     serve_port=validated.serve_port, expected_gpus=validated.expected_gpus,
+                                     model_dir=validated.model_dir, served_model=validated.served_model,
+                                     gpu_memory_utilization=validated.gpu_memory_utilization)]
 
     show = _Progress(enabled=not args.no_progress and sys.stderr.isatty())
     with show, _sigterm_ends_the_run():
-        report = run_diagnosis(args.target or "", settings=settings, checks=args.checks, max_tier=args.tier,
-                               local=args.local, hosts=hosts, progress=show.update)
+        request = HostRequest(args.target or "", tuple(args.checks or ()), args.tier)
+        report = pipeline.diagnose(request, local=args.local, hosts=hosts, progress=show.update)
     if args.raw:
         args.raw.write_text(report.raw_text(), encoding="utf-8")
     from bot.runner.fleet_view import fleet_view
@@ -129,7 +131,7 @@ def _print_fleet_view(view: FleetView, lang: Language = "en") -> None:
         print(t("host.baseline_saved", lang))
 
 
-def _draw(report: FleetReportLike, args: argparse.Namespace, settings: object) -> None:
+def _draw(report: FleetReport, args: argparse.Namespace, settings: object) -> None:
     from bot.errors import UserInputError
 
     if not (args.plot or args.grid):
@@ -153,7 +155,7 @@ def _draw(report: FleetReportLike, args: argparse.Namespace, settings: object) -
         print(f"picture written to {path}", file=sys.stderr)
 
 
-def _memory(report: FleetReportLike, bars_of: Any, draw: Any) -> Any:
+def _memory(report: FleetReport, bars_of: Any, draw: Any) -> Any:
     bars = bars_of(report)
     return draw(bars, f"GPU memory on {report.target}") if bars else None
 

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from bot.distill import distill
-from bot.kbstore.db import Database
-from bot.kbstore.suggest import generalise
+from bot.kb_growth.db import Database
+from bot.kb_growth.suggest import generalise
 from bot.match import SignatureScanner
 from bot.paste import redacted
 from indexer.text import clean_line, mask
@@ -47,7 +47,7 @@ _NUMBERED = re.compile(r"^ *\d+  ")
 
 
 def _without_line_numbers(text: str) -> str:
-    """Answers keep evidence as "  123  line" (bot.slack.blocks.evidence_text); store the lines themselves."""
+    """Answers keep evidence as "  123  line" (bot.slack.reply.answer.evidence_text); store the lines themselves."""
     lines = text.splitlines()
     if lines and all(_NUMBERED.match(line) for line in lines if line.strip()):
         return "\n".join(_NUMBERED.sub("", line) for line in lines)

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 from pydantic import ValidationError
 
 from bot.errors import InvalidCase
-from bot.kbstore.suggest import suggest_id
+from bot.kb_growth.suggest import suggest_id
 from kb.schema import AREAS, URL_RE, Case
 
 FIELDS = ("title", "title_zh", "area", "severity", "cause", "fix", "signatures", "examples", "references", "keywords")

@@ -25,12 +25,12 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, settings: Any) -> int:
     from bot.ops.logs import configure_logging
-    from bot.pipeline import Doctor
-    from bot.slack.service import SlackBot
+    from bot.pipeline import Pipeline
+    from bot.slack.server import SlackBot
 
     configure_logging(settings.log_format)
     print("loading the knowledge base and the embedding model…", file=sys.stderr)
-    doctor = Doctor.from_settings(settings)
+    doctor = Pipeline.from_settings(settings)
     bot = SlackBot(settings, doctor, http=args.http, host=args.host, port=args.port)
 
     def _terminate(signum: int, _frame: Any) -> None:

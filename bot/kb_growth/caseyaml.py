@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 
 from bot.paste import redacted
-from kb.loader import KBError, parse_case_text  # noqa: F401 - re-exported for bot.kbstore users
+from kb.loader import KBError, parse_case_text  # noqa: F401 - re-exported for bot.kb_growth users
 from kb.schema import Case
 
 # Optional fields left out of the file when they hold their default (keeps new files as short as the

@@ -1,14 +1,14 @@
-"""`vllm-doctor` command line. Imports stay lazy so `kb list` / `kb lint` never load torch.
+"""`vllm-pipeline` command line. Imports stay lazy so `kb list` / `kb lint` never load torch.
 
-    vllm-doctor explain [FILE|-] [--json] [--no-llm] [--host-report REPORT.json]   diagnose one log
-    vllm-doctor explain --no-llm --jsonl IN.jsonl         batch contract: one JSON object per input line
-    vllm-doctor explain FILE --plot MEM.png               also draw the GPU memory picture (bot/pictures.py)
-    vllm-doctor report-draft [FILE|-] [-o DRAFT.md]       a vLLM bug-report draft (bot/report_draft.py)
-    vllm-doctor kb list [--json] | kb lint [DIR] | kb show ID
-    vllm-doctor index [--rebuild]
-    vllm-doctor eval LABELLED.jsonl [--json] [--floor …]
-    vllm-doctor diagnose HOST|GROUP | --local             remote checks (bot/runner/cli.py)
-    vllm-doctor serve [--http --port N]                   the Slack bot (bot/slack/cli.py)
+    vllm-pipeline explain [FILE|-] [--json] [--no-llm] [--host-report REPORT.json]   diagnose one log
+    vllm-pipeline explain --no-llm --jsonl IN.jsonl         batch contract: one JSON object per input line
+    vllm-pipeline explain FILE --plot MEM.png               also draw the GPU memory picture (bot/pictures.py)
+    vllm-pipeline report-draft [FILE|-] [-o DRAFT.md]       a vLLM bug-report draft (bot/report_draft.py)
+    vllm-pipeline kb list [--json] | kb lint [DIR] | kb show ID
+    vllm-pipeline index [--rebuild]
+    vllm-pipeline eval LABELLED.jsonl [--json] [--floor …]
+    vllm-pipeline diagnose HOST|GROUP | --local             remote checks (bot/cli/diagnose.py)
+    vllm-pipeline serve [--http --port N]                   the Slack bot (bot/cli/serve.py)
 """
 
 from __future__ import annotations
@@ -19,25 +19,29 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from bot.errors import DoctorError, UserInputError
+
+if TYPE_CHECKING:
+    from bot.pipeline import Pipeline
+    from bot.settings import Settings
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
-def _settings():
+def _settings() -> Settings:
     from bot.settings import get_settings
 
     return get_settings()
 
 
-def _doctor():
-    from bot.pipeline import Doctor
+def _pipeline() -> Pipeline:
+    from bot.pipeline import Pipeline
 
-    return Doctor.from_settings(_settings())
+    return Pipeline.from_settings(_settings())
 
 
 # -- explain ---------------------------------------------------------------------------------------
@@ -61,7 +65,7 @@ def _quote(text: str) -> str:
     return f"{text[:MATCH_EVIDENCE_CHARS]} … [{len(text) - MATCH_EVIDENCE_CHARS} more characters]"
 
 
-def match_to_json(m: Any, full: bool = True) -> dict:
+def match_to_json(m: Any, full: bool = True) -> dict[str, Any]:
     out = {
         "case_id": m.case_id,
         "title": m.title,
@@ -74,7 +78,7 @@ def match_to_json(m: Any, full: bool = True) -> dict:
     return out
 
 
-def facts_to_json(d: Any) -> dict:
+def facts_to_json(d: Any) -> dict[str, Any]:
     """What the log says about the setup (bot/facts.py): the facts it states, and the line of each."""
     facts = d.facts
     if facts is None:
@@ -83,7 +87,7 @@ def facts_to_json(d: Any) -> dict:
     return {name: {"value": value, "line": facts.sources.get(name)} for name, value in known.items()}
 
 
-def diagnosis_to_json(d: Any, explanation: Any = None, language: str | None = None) -> dict:
+def diagnosis_to_json(d: Any, explanation: Any = None, language: str | None = None) -> dict[str, Any]:
     """language: the answer's language (--lang, the setting, else the paste's); defaults to the paste's."""
     return {
         "verdict": d.verdict,
@@ -121,7 +125,7 @@ def _json_line(obj: dict[str, Any]) -> str:
     return line + "\n"
 
 
-def _batch_answer(doctor: Any, n: int, raw: bytes) -> dict[str, Any]:
+def _batch_answer(pipeline: Any, n: int, raw: bytes) -> dict[str, Any]:
     """The object for input line `n`; every failure becomes its own error object (batch contract)."""
     item_id: Any = None
     try:
@@ -138,7 +142,7 @@ def _batch_answer(doctor: Any, n: int, raw: bytes) -> dict[str, Any]:
         log = item.get("log")
         if not isinstance(log, str):
             raise ValueError('missing string field "log"')
-        d = doctor.diagnose(log)
+        d = pipeline.match(log)
         return {"id": item_id, "verdict": d.verdict, "matches": [match_to_json(m, full=False) for m in d.matches],
                 "facts": facts_to_json(d)}  # added key; the documented ones are unchanged
     except (ValueError, UserInputError) as exc:  # json.JSONDecodeError is a ValueError
@@ -151,17 +155,17 @@ def _batch_answer(doctor: Any, n: int, raw: bytes) -> dict[str, Any]:
 def _run_jsonl(args: argparse.Namespace) -> int:
     """Batch contract: exactly one JSON object per input line on stdout, in order; nothing else."""
     src = _open_batch(args.jsonl)  # a missing file fails before the (slow) engine loads
-    doctor = _doctor()
+    pipeline = _pipeline()
     out = sys.stdout
     with src:
         for n, raw in enumerate(src, 1):
-            out.write(_json_line(_batch_answer(doctor, n, raw)))
+            out.write(_json_line(_batch_answer(pipeline, n, raw)))
             out.flush()
     return 0
 
 
 def _host_facts(path: str | None) -> list[str] | None:
-    """Facts from a `vllm-doctor diagnose HOST --json` report, for the LLM prompt."""
+    """Facts from a `vllm-pipeline diagnose HOST --json` report, for the LLM prompt."""
     if path is None:
         return None
     from bot.runner.report import load_report
@@ -176,23 +180,21 @@ def cmd_explain(args: argparse.Namespace) -> int:
         return _run_jsonl(args)
     host_facts = _host_facts(args.host_report)  # a bad report fails before the (slower) diagnosis
     data = _read_input(args.file)
-    doctor = _doctor()
-    diagnosis = doctor.diagnose(data)
-    explanation = None
-    if not args.no_llm and doctor.settings.vllm_base_url:
-        explanation = doctor.explain(diagnosis, host_facts=host_facts, language=args.lang)
-    elif host_facts is not None:
+    pipeline = _pipeline()
+    diagnosis, explanation = pipeline.explain_paste(data, host_facts=host_facts, language=args.lang,
+                                                    use_llm=not args.no_llm)
+    if explanation is None and host_facts is not None:
         print("note: --host-report is only used by the LLM explanation, which is off "
               f"({'--no-llm' if args.no_llm else 'VLLM_BASE_URL is not set'})", file=sys.stderr)
-    from bot.explain import resolve_language
+    from bot.explain.explainer import resolve_language
 
-    lang = resolve_language(diagnosis, args.lang, doctor.settings.llm_language)
+    lang = resolve_language(diagnosis, args.lang, pipeline.settings.llm_language)
     if args.json:
         print(json.dumps(diagnosis_to_json(diagnosis, explanation, lang), ensure_ascii=False, indent=2))
     else:
         from bot.render import render_text
 
-        print(render_text(diagnosis, doctor, explanation, color=_want_color(), lang=lang))
+        print(render_text(diagnosis, pipeline, explanation, color=_want_color(), lang=lang))
     if args.plot:
         _plot_log_memory(diagnosis, Path(args.plot))
     return 0
@@ -220,7 +222,7 @@ def _write_png(path: Path, png: bytes) -> None:
 
 
 def cmd_report_draft(args: argparse.Namespace) -> int:
-    """`vllm-doctor report-draft [FILE|-]`: Markdown for a vLLM bug report from a (redacted) log."""
+    """`vllm-pipeline report-draft [FILE|-]`: Markdown for a vLLM bug report from a (redacted) log."""
     from bot.report_draft import draft, environment_from_host
 
     env = None
@@ -232,8 +234,8 @@ def cmd_report_draft(args: argparse.Namespace) -> int:
             host = report.hosts[0]
             env = environment_from_host({c.id: c.facts for c in host.checks}, host.host)
     data = _read_input(args.file)
-    doctor = _doctor()
-    diagnosis = doctor.diagnose(data)
+    pipeline = _pipeline()
+    diagnosis = pipeline.match(data)
     from bot.models import LogFacts
 
     text = draft(diagnosis, diagnosis.facts or LogFacts(), env=env)
@@ -286,10 +288,10 @@ def cmd_kb(args: argparse.Namespace) -> int:
     if args.kb_cmd == "show":
         case = kb.by_id().get(args.case_id)
         if case is None:
-            raise UserInputError(f"no case with id {args.case_id!r}; see `vllm-doctor kb list`")
+            raise UserInputError(f"no case with id {args.case_id!r}; see `vllm-pipeline kb list`")
         print(json.dumps(case.model_dump(), ensure_ascii=False, indent=2))
         return 0
-    from bot.kb_cli import run_kb_command  # kb add / search / stats (KB growth)
+    from bot.cli.kb import run_kb_command  # kb add / search / stats (KB growth)
 
     return run_kb_command(args, settings)
 
@@ -298,15 +300,16 @@ def cmd_kb(args: argparse.Namespace) -> int:
 def cmd_index(args: argparse.Namespace) -> int:
     import time
 
-    doctor = _doctor()
+    pipeline = _pipeline()
     # a bar while embedding, on a terminal only: piped output and CI logs stay clean
-    doctor.build_progress = sys.stdout.isatty() and sys.stderr.isatty()
+    pipeline.build_progress = sys.stdout.isatty() and sys.stderr.isatty()
     started = time.perf_counter()
     if args.rebuild:
-        doctor.rebuild_index()
+        pipeline.rebuild_index()
     else:
-        _ = doctor.index
-    print(f"index ready: {len(doctor.kb.cases)} cases in {doctor.settings.index_dir} ({time.perf_counter() - started:.1f} s)")
+        _ = pipeline.index
+    elapsed = time.perf_counter() - started
+    print(f"index ready: {len(pipeline.kb.cases)} cases in {pipeline.settings.index_dir} ({elapsed:.1f} s)")
     return 0
 
 
@@ -314,11 +317,11 @@ def cmd_index(args: argparse.Namespace) -> int:
 def cmd_eval(args: argparse.Namespace) -> int:
     from bot.evaluate import run_eval
 
-    return run_eval(args, _doctor())
+    return run_eval(args, _pipeline())
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="vllm-doctor", description="Diagnose vLLM deployment failures.")
+    parser = argparse.ArgumentParser(prog="vllm-pipeline", description="Diagnose vLLM deployment failures.")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging on stderr")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -330,13 +333,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lang", choices=["en", "zh"], help="answer language (default: from the paste)")
     p.add_argument("--plot", metavar="FILE.png", help="also draw the GPU memory picture from the log's numbers")
     p.add_argument("--host-report", metavar="REPORT.json",
-                   help="output of `vllm-doctor diagnose HOST --json`: its findings go into the LLM prompt")
+                   help="output of `vllm-pipeline diagnose HOST --json`: its findings go into the LLM prompt")
     p.set_defaults(func=cmd_explain)
 
     p = sub.add_parser("report-draft", help="draft a vLLM bug report (Markdown) from a log; nothing is sent")
     p.add_argument("file", nargs="?", help="log file, or - for stdin (default)")
     p.add_argument("--host-report", metavar="REPORT.json",
-                   help="output of `vllm-doctor diagnose HOST --json`: the environment section comes from it")
+                   help="output of `vllm-pipeline diagnose HOST --json`: the environment section comes from it")
     p.add_argument("-o", "--output", metavar="FILE.md", help="write the draft here instead of stdout")
     p.set_defaults(func=cmd_report_draft)
 
@@ -351,7 +354,7 @@ def build_parser() -> argparse.ArgumentParser:
     q = kb_sub.add_parser("show", help="print one case as JSON")
     q.add_argument("case_id")
     try:
-        from bot.kb_cli import configure_kb_parsers
+        from bot.cli.kb import configure_kb_parsers
     except ImportError:
         pass
     else:
@@ -383,8 +386,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("diagnose", help="run the host check catalogue (SSH or --local)")
     try:
-        from bot.runner.cli import configure_parser as configure_diagnose
-        from bot.runner.cli import run as run_diagnose
+        from bot.cli.diagnose import configure_parser as configure_diagnose
+        from bot.cli.diagnose import run as run_diagnose
     except ImportError as exc:  # pragma: no cover - only while the runner package is absent
         p.set_defaults(func=lambda a, _e=exc: _unavailable("diagnose", _e))
     else:
@@ -393,8 +396,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("serve", help="run the Slack bot (Socket Mode, or --http)")
     try:
-        from bot.slack.cli import configure_parser as configure_serve
-        from bot.slack.cli import run as run_serve
+        from bot.cli.serve import configure_parser as configure_serve
+        from bot.cli.serve import run as run_serve
     except ImportError as exc:  # pragma: no cover
         p.set_defaults(func=lambda a, _e=exc: _unavailable("serve", _e))
     else:
@@ -420,15 +423,16 @@ def main(argv: list[str] | None = None) -> int:
     except DoctorError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except BrokenPipeError:  # `vllm-doctor … | head`
+    except BrokenPipeError:  # `vllm-pipeline … | head`
         return 0
     except KeyboardInterrupt:
         return 130
     except Exception as exc:  # noqa: BLE001 - a bug or an unforeseen fault: one line, never a traceback
-        logging.getLogger("bot.cli").debug("unexpected error", exc_info=True)
+        logging.getLogger("bot.cli.main").debug("unexpected error", exc_info=True)
         from bot.redact import redact
 
-        print(f"error: unexpected {type(exc).__name__}: {redact(str(exc))[:300]} (run with -v for details)", file=sys.stderr)
+        message = redact(str(exc))[:300]
+        print(f"error: unexpected {type(exc).__name__}: {message} (run with -v for details)", file=sys.stderr)
         return 1
 
 

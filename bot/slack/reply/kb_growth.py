@@ -1,6 +1,6 @@
 """Block Kit for growing the KB from Slack: the case form, the duplicate choice, review requests and
 decisions, the feedback thanks, the App Home section. Pure functions (no I/O); every untrusted string
-(log lines, titles, causes, regexes typed by people) is escaped and bounded here via bot.slack.mrkdwn.
+(log lines, titles, causes, regexes typed by people) is escaped and bounded here via bot.slack.reply.mrkdwn.
 
 Slack limits respected: modal title/submit/close ≤ 24 chars, plain_text_input ≤ 3,000 chars (initial
 values are cut to fit), option text ≤ 75, option value ≤ 150, section text ≤ 3,000, 100 blocks a view.
@@ -13,10 +13,17 @@ from collections.abc import Sequence
 from typing import Any
 
 from bot.i18n import Language, t
-from bot.kbstore.dedup import Similar
-from bot.kbstore.form import SEVERITIES, CaseForm
-from bot.slack.blocks import Message
-from bot.slack.mrkdwn import code_block, escape, escape_limited, inline_code, plain_limited, user_mention
+from bot.kb_growth.duplicates import Similar
+from bot.kb_growth.form import SEVERITIES, CaseForm
+from bot.slack.reply.kit import Message
+from bot.slack.reply.mrkdwn import (
+    code_block,
+    escape,
+    escape_limited,
+    inline_code,
+    plain_limited,
+    user_mention,
+)
 from kb.schema import AREAS
 
 SHORTCUT_ADD_TO_KB = "add_to_kb"  # message shortcut "Add to vLLM KB" (slack-manifest.yaml)
@@ -401,7 +408,7 @@ def home_section(candidates: Sequence[Any], pending: int, limit: int = 8, lang: 
 
 
 def home_section_for(growth: Any, limit: int = 8, lang: Language = "en") -> list[dict[str, Any]]:
-    """home_section() from a bot.kbstore.KBGrowth (for the App Home tab); [] without one."""
+    """home_section() from a bot.kb_growth.KBGrowth (for the App Home tab); [] without one."""
     if growth is None:
         return []
     return home_section(growth.candidates.open(limit), growth.submissions.counts().get("pending", 0), limit, lang)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from bot.errors import ReviewConflict
-from bot.kbstore.db import Database
+from bot.kb_growth.db import Database
 from bot.storage import Row
 
 Status = Literal["draft", "pending", "approving", "approved", "rejected"]

@@ -1,4 +1,4 @@
-"""The prompt: evidence, cases and host facts rendered through bot/prompts/*.j2, then fitted to the
+"""The prompt: evidence, cases and host facts rendered through bot/explain/prompts/*.j2, then fitted to the
 model's context.
 
 Context budget: the prompt is rendered with all evidence, measured with vLLM's /tokenize (exact, chat
@@ -13,20 +13,19 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import jinja2
 
 from bot.errors import LLMUnavailable
-from bot.explain_answer import AnswerLimits, answer_schema
-from bot.models import Diagnosis, LogLine
+from bot.explain.answer import AnswerLimits, answer_schema
+from bot.models import Diagnosis, Language, LogLine
 from bot.redact import redact
 
 if TYPE_CHECKING:
-    from bot.llm import LLMClient, ServerInfo
+    from bot.explain.llm import LLMClient, ServerInfo
     from kb.schema import Case
 
-Language = Literal["en", "zh"]
 LANGUAGE_NAMES = {"en": "English", "zh": "Simplified Chinese (简体中文)"}
 
 # Limits on what goes into the prompt.
@@ -124,7 +123,8 @@ def _evidence_by_priority(lines: Sequence[LogLine]) -> list[LogLine]:
 
 
 def _select(ordered: Sequence[LogLine], char_budget: int) -> list[LogLine]:
-    kept, used = [], 0
+    kept: list[LogLine] = []
+    used = 0
     for ln in ordered:
         cost = len(ln.text) + 8
         if kept and used + cost > char_budget:

@@ -1,10 +1,10 @@
 """Is this new case already in the KB? The nearest existing cases, with their similarity.
 
-Similarity is what the running Doctor would say: each example log of the new case is diagnosed by the
-live engine (signatures + BM25 + MiniLM over the current index) and a case's similarity is its best
+Similarity is what the running Pipeline would say: each example log of the new case is diagnosed by the
+live pipeline (signatures + BM25 + MiniLM over the current index) and a case's similarity is its best
 match confidence (0–1) over those logs. A case at or above `threshold` (settings.kb_duplicate_threshold,
 the "match" verdict by default) is a likely duplicate: the author chooses "new case" or "add my log as
-an example of that case". Signature overlaps found by the linter (bot/kbstore/lint.py) count too.
+an example of that case". Signature overlaps found by the linter (bot/kb_growth/lint.py) count too.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ class Similar:
     case_id: str
     title: str
     area: str
-    similarity: float  # 0..1: the engine's confidence that this case explains the new log
+    similarity: float  # 0..1: the pipeline's confidence that this case explains the new log
     signature_hit: bool  # one of that case's signatures fires on the new log
     overlap: bool = False  # one of the NEW case's signatures fires on that case's examples
 
@@ -31,7 +31,7 @@ class Similar:
 
 
 def nearest_cases(
-    engine: Any,
+    pipeline: Any,
     logs: Sequence[str],
     *,
     k: int = 3,
@@ -45,7 +45,7 @@ def nearest_cases(
         if not log.strip():
             continue
         try:
-            diagnosis = engine.diagnose(log)
+            diagnosis = pipeline.match(log)
         except UserInputError:
             continue
         for m in diagnosis.matches:
@@ -55,7 +55,7 @@ def nearest_cases(
             if prior is None or m.score > prior.similarity:
                 best[m.case_id] = Similar(m.case_id, m.title, m.area, float(m.score), m.signature_hit)
     flagged = set(overlaps) - excluded
-    by_id = engine.kb.by_id()
+    by_id = pipeline.kb.by_id()
     for case_id in flagged:
         if case_id in best:
             s = best[case_id]

@@ -74,7 +74,7 @@ CREATE TABLE IF NOT EXISTS submissions (
 );
 CREATE INDEX IF NOT EXISTS submissions_by_status ON submissions (status, created_at)
 """),
-    Migration(2, "kb_changes: case files shared between replicas (bot/kbstore/sync.py)", """
+    Migration(2, "kb_changes: case files shared between replicas (bot/kb_growth/sync.py)", """
 CREATE TABLE IF NOT EXISTS kb_changes (
     version INTEGER PRIMARY KEY AUTOINCREMENT,
     relpath TEXT NOT NULL,

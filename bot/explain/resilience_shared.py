@@ -1,4 +1,4 @@
-"""The circuit breaker and the answer cache of bot/resilience.py, kept in the shared database
+"""The circuit breaker and the answer cache of bot/explain/resilience.py, kept in the shared database
 (VLLM_DOCTOR_DATABASE_URL) so every replica sees the same LLM state: a dead LLM is noticed once (N
 failures across all replicas open the circuit for everyone, one replica makes the half-open trial) and
 an explanation computed by one replica is reused by the others.
@@ -14,13 +14,11 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
+from bot.models import Explanation
 from bot.storage import Database, Migration, StorageError, one
 from bot.storage.migrations import migrate
-
-if TYPE_CHECKING:
-    from bot.explain import Explanation
 
 log = logging.getLogger(__name__)
 
@@ -141,8 +139,6 @@ class SharedAnswerCache:
     def get(self, key: tuple[str, str]) -> Explanation | None:
         if self.size <= 0:
             return None
-        from bot.explain import Explanation  # explain imports this module's users, not the other way
-
         try:
             with self.db.read() as conn:
                 row = conn.execute("SELECT answer FROM llm_answers WHERE model = ? AND prompt_hash = ?", key).fetchone()
@@ -165,7 +161,8 @@ class SharedAnswerCache:
             with self.db.write() as conn:
                 conn.execute(
                     "INSERT INTO llm_answers (model, prompt_hash, answer, created) VALUES (?, ?, ?, ?) "
-                    "ON CONFLICT (model, prompt_hash) DO UPDATE SET answer = excluded.answer, created = excluded.created",
+                    "ON CONFLICT (model, prompt_hash) DO UPDATE SET answer = excluded.answer, "
+                    "created = excluded.created",
                     (*key, answer, self._clock()),
                 )
             with self._lock:

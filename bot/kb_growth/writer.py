@@ -21,7 +21,7 @@ from filelock import FileLock
 from filelock import Timeout as LockTimeout
 
 from bot.errors import ConfigError
-from bot.kbstore.caseyaml import render_case
+from bot.kb_growth.caseyaml import render_case
 from indexer.atomic import atomic_write_text
 from kb.loader import KBError, load_case_file
 from kb.schema import Case

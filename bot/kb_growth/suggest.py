@@ -18,7 +18,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from bot.distill import distill
-from bot.kbstore.lint import cleaned_lines, signature_fires
+from bot.kb_growth.lint import cleaned_lines, signature_fires
 from bot.models import Distilled, LogLine, Match
 from bot.paste import Paste, redacted
 from bot.redact import redact

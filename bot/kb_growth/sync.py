@@ -1,8 +1,8 @@
 """KB changes reach every replica (issue 11): the replica that writes a case file also records it in
 the shared database (`kb_changes`: a growing version number, the file's path under the cases directory
 and its text); every replica polls that table (VLLM_DOCTOR_KB_POLL seconds), writes the files it has not
-got yet into its own cases directory, atomically, and lets the engine pick them up
-(Doctor.reload_if_changed re-embeds only the changed cases). So a case approved on one replica is
+got yet into its own cases directory, atomically, and lets the pipeline pick them up
+(Pipeline.reload_if_changed re-embeds only the changed cases). So a case approved on one replica is
 matched on all of them within one poll interval plus one incremental index update.
 
 The database is the log of record between replicas; git (VLLM_DOCTOR_KB_GIT_COMMIT) stays the record for
@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bot.kbstore.db import Database
+from bot.kb_growth.db import Database
 from bot.storage import StorageError, one
 
 log = logging.getLogger(__name__)
@@ -62,8 +62,8 @@ def _write_atomically(target: Path, text: str) -> None:
 class KBSync:
     """Applies other replicas' case files; `poll_once()` is the unit, `start()` runs it in a thread."""
 
-    def __init__(self, db: Database, cases_dir: Path, engine: Any, replica: str, interval_s: float = 5.0) -> None:
-        self.db, self.cases_dir, self.engine, self.replica = db, cases_dir, engine, replica
+    def __init__(self, db: Database, cases_dir: Path, pipeline: Any, replica: str, interval_s: float = 5.0) -> None:
+        self.db, self.cases_dir, self.pipeline, self.replica = db, cases_dir, pipeline, replica
         self.interval_s = interval_s
         self.version = 0  # everything is applied once at start: changes made while this replica was down
         self._stop = threading.Event()
@@ -90,7 +90,7 @@ class KBSync:
             _write_atomically(target, content)
             written += 1
         if written:
-            self.engine.reload_if_changed()
+            self.pipeline.reload_if_changed()
             log.info("applied %d KB change(s) from other replicas (version %d)", written, self.version)
         return written
 

@@ -1,4 +1,4 @@
-"""`vllm-doctor kb add | search | stats | review` (list, lint and show live in bot/cli.py).
+"""`vllm-doctor kb add | search | stats | review` (list, lint and show live in bot/cli/main.py).
 
     kb add                          interactive: paste a log, accept or edit the suggestions
     kb add --from-file case.yaml    non-interactive; strict schema + KB rules; errors name file and field
@@ -62,10 +62,10 @@ def run_kb_command(args: argparse.Namespace, settings: Any, *, stdin: TextIO | N
 
 
 def _growth(settings: Any) -> Any:
-    from bot.kbstore import KBGrowth
-    from bot.pipeline import Doctor
+    from bot.kb_growth import KBGrowth
+    from bot.pipeline import Pipeline
 
-    return KBGrowth.from_settings(settings, Doctor.from_settings(settings))
+    return KBGrowth.from_settings(settings, Pipeline.from_settings(settings))
 
 
 def _print(out: TextIO, *lines: str) -> None:
@@ -75,7 +75,7 @@ def _print(out: TextIO, *lines: str) -> None:
 
 # -- add -----------------------------------------------------------------------------------------------------
 def _add(args: argparse.Namespace, settings: Any, stdin: TextIO, out: TextIO) -> int:
-    from bot.kbstore.caseyaml import parse_case_file
+    from bot.kb_growth.caseyaml import parse_case_file
     from kb.loader import KBError
 
     growth = _growth(settings)
@@ -169,7 +169,7 @@ def _ask(stdin: TextIO, out: TextIO, prompt: str, default: str = "") -> str:
 
 
 def _interactive_case(growth: Any, stdin: TextIO, out: TextIO) -> Any:
-    from bot.kbstore.form import EXAMPLE_SEPARATOR, SEVERITIES, CaseForm, form_to_case
+    from bot.kb_growth.form import EXAMPLE_SEPARATOR, SEVERITIES, CaseForm, form_to_case
     from kb.schema import AREAS, URL_RE
 
     log_text = _read_block(stdin, out, "Paste one example log of the failure")
@@ -235,7 +235,7 @@ def _whoami() -> str:
 def _search(args: argparse.Namespace, settings: Any, stdin: TextIO, out: TextIO) -> int:
     text = stdin.read() if args.text == ["-"] else " ".join(args.text)
     growth = _growth(settings)
-    diagnosis = growth.engine.diagnose(text)
+    diagnosis = growth.pipeline.match(text)
     rows = []
     for m in diagnosis.matches[: max(1, args.k)]:
         rows.append({

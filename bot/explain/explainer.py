@@ -1,6 +1,6 @@
 """Diagnosis + retrieved KB cases (+ host facts) → an Explanation a tired on-call engineer can act on.
 
-The retrieved cases are the ground truth; the LLM (the team's vLLM server, through bot.llm) only words
+The retrieved cases are the ground truth; the LLM (the team's vLLM server, through bot.explain.llm) only words
 them for this log, in the asker's language. Every path ends in an Explanation:
 
     settings without VLLM_BASE_URL  → Explainer.from_settings() is None → callers use kb_only_explanation()
@@ -10,11 +10,12 @@ them for this log, in the asker's language. Every path ends in an Explanation:
     invalid JSON, unknown case id,
     empty answer                    → KB answer, note says what was wrong with the LLM's answer
 
-This module holds the value, the KB-only answer and the orchestration; the parts live next to it:
-    bot/explain_prompt.py  prompt rendering from bot/prompts/*.j2, evidence selection, context budget
-    bot/explain_answer.py  answer schema (grounding), validation, streaming preview
-    bot/resilience.py      circuit breaker and answer cache
-The names other modules and tests use are re-exported here, so `from bot.explain import …` keeps working.
+This module holds the KB-only answer and the orchestration (the Explanation value is in bot/models.py);
+the parts live next to it:
+    bot/explain/prompt.py  prompt rendering from bot/explain/prompts/*.j2, evidence selection, context budget
+    bot/explain/answer.py  answer schema (grounding), validation, streaming preview
+    bot/explain/resilience.py      circuit breaker and answer cache
+The names other modules and tests use are re-exported here, so `from bot.explain.explainer import …` keeps working.
 """
 
 from __future__ import annotations
@@ -25,35 +26,32 @@ import logging
 import re
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from bot.errors import ConfigError, LLMUnavailable
-from bot.explain_answer import (
+from bot.explain.answer import (
     CONFIDENCES,
     DEFAULT_LIMITS,
     AnswerLimits,
     AnswerRejected,
-    Confidence,
     PreviewScanner,
     answer_in_language,
     answer_schema,
     parse_answer,
 )
-from bot.explain_prompt import (
+from bot.explain.llm import ChatResult, LLMClient, ServerInfo
+from bot.explain.prompt import (
     LANGUAGE_NAMES,
     Draft,
-    Language,
     Prompt,
     build_draft,
     estimate_tokens,
     fit_prompt,
 )
+from bot.explain.resilience import AnswerCache, CircuitBreaker
 from bot.i18n import case_cause, case_summary, step_text, t
-from bot.llm import ChatResult, LLMClient, ServerInfo
-from bot.models import Diagnosis
+from bot.models import Confidence, Diagnosis, Explanation, Language
 from bot.ops import metrics
-from bot.resilience import AnswerCache, CircuitBreaker
 
 if TYPE_CHECKING:
     from bot.settings import Settings
@@ -95,35 +93,6 @@ _BREAKER_KINDS = {
 }
 
 log = logging.getLogger(__name__)
-
-
-# --- the value -------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Explanation:
-    case_id: str  # one of the retrieved case ids, or "none"
-    summary: str
-    why: str
-    fix_steps: list[str]
-    confidence: Confidence
-    language: Language
-    source: Literal["llm", "kb"]
-    note: str | None = None  # one line: why this is a KB-only answer, or anything the reader should know
-    model: str | None = None
-    cached: bool = False
-    timings: dict[str, float] = field(
-        default_factory=dict, compare=False
-    )  # ms: prepare, llm, validate, total
-
-    def text(self) -> str:
-        """Plain text: summary, why, numbered steps (what the stream previews while it is written)."""
-        parts = [p for p in (self.summary, self.why) if p]
-        steps = "\n".join(f"{i}. {s}" for i, s in enumerate(self.fix_steps, 1))
-        return "\n\n".join([*parts, steps] if steps else parts)
-
-    def to_json(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["timings"] = {k: round(v, 1) for k, v in self.timings.items()}
-        return out
 
 
 # --- KB-only answer ---------------------------------------------------------------------------------
@@ -227,7 +196,7 @@ class Explainer:
         breaker: Any = CircuitBreaker(settings.llm_breaker_failures, settings.llm_breaker_cooldown_s)
         cache: Any = AnswerCache(settings.llm_cache_size)
         if settings.database_url:  # replicas: one breaker and one cache for all of them
-            from bot.resilience_shared import SharedAnswerCache, SharedCircuitBreaker
+            from bot.explain.resilience_shared import SharedAnswerCache, SharedCircuitBreaker
             from bot.storage import open_database
 
             shared = open_database(settings.database_url)

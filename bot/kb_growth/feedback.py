@@ -20,7 +20,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from bot.kbstore.db import Database
+from bot.kb_growth.db import Database
 from bot.match import MAX_PRIOR
 
 Vote = Literal["fixed", "not_helpful"]

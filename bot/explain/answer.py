@@ -13,11 +13,10 @@ import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from bot.i18n import is_language
 
-Confidence = Literal["low", "medium", "high"]
 CONFIDENCES: tuple[str, ...] = ("low", "medium", "high")
 
 # Limits on what comes back.

@@ -1,4 +1,4 @@
-"""The running bot: engine + Slack App + transport (HTTP or Socket Mode) + /health, started and stopped
+"""The running bot: pipeline + Slack App + transport (HTTP or Socket Mode) + /health, started and stopped
 as one thing. `vllm-doctor serve`, the tests and bench/bench_slack.py all use this class."""
 
 from __future__ import annotations
@@ -12,16 +12,16 @@ import time
 from typing import Any
 
 from bot.errors import ConfigError
-from bot.kbstore.sync import KBSync
+from bot.kb_growth.sync import KBSync
 from bot.ops.health import ops_app
 from bot.runner.fleet import FleetQueue
 from bot.settings import Settings
 from bot.slack.app import HttpServer, SocketModeConnection, build_app, build_web_client, wsgi_app
-from bot.slack.dedup import SeenEvents
 from bot.slack.deps import SlackDeps
 from bot.slack.fleet import FleetWorker
 from bot.slack.hosts import load_host_diagnostics
 from bot.slack.recent import RecentAnswers
+from bot.slack.seen_events import SeenEvents
 from bot.slack.store import SlackStateDB
 from bot.slack.thread_facts import ThreadFacts
 from bot.slack.work import Workers
@@ -39,7 +39,7 @@ class SlackBot:
     def __init__(
         self,
         settings: Settings,
-        engine: Any,
+        pipeline: Any,
         *,
         http: bool,
         host: str | None = None,
@@ -61,13 +61,13 @@ class SlackBot:
         self.state = state
         self.deps = SlackDeps(
             settings=settings,
-            engine=engine,
+            pipeline=pipeline,
             bot_token=settings.slack_bot_token or "",
             workers=Workers(settings.slack_workers),
             seen_events=SeenEvents(claim=lambda key: state.claim(key, owner=self.replica_id)),
             recent=RecentAnswers(store=state),
             thread_facts=ThreadFacts(store=state),
-            hosts=hosts if hosts is not None else load_host_diagnostics(settings),
+            hosts=hosts if hosts is not None else load_host_diagnostics(settings, pipeline),
             kb_growth=kb_growth,  # None: the KB-growth listeners build it from settings (build_app)
         )
         self.app = build_app(self.deps, self.client)
@@ -76,12 +76,13 @@ class SlackBot:
         if growth is not None:
             growth.replica = self.replica_id
             if settings.database_url and growth.live:  # cases approved on other replicas go live here too
-                self.kb_sync = KBSync(growth.db, growth.write_dir, engine, self.replica_id, settings.kb_poll_s)
+                self.kb_sync = KBSync(growth.db, growth.write_dir, pipeline, self.replica_id, settings.kb_poll_s)
         self.fleet: FleetWorker | None = None
         if settings.database_url and self.deps.hosts is not None:
             self.fleet = FleetWorker(FleetQueue(open_database(settings.database_url)), self.deps, self.client,
                                      owner=self.replica_id)
             self.deps.hosts.fleet = self.fleet
+        self._draining = False
         self._socket: SocketModeConnection | None = None
         if not http:
             self._socket = SocketModeConnection(self.app, settings.slack_app_token or "")

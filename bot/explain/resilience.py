@@ -6,10 +6,9 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
-if TYPE_CHECKING:
-    from bot.explain import Explanation
+from bot.models import Explanation
 
 
 class CircuitBreaker:
@@ -52,7 +51,7 @@ class CircuitBreaker:
         with self._lock:
             if self._opened_at is None:
                 return 0.0
-            return max(0.0, self.cooldown_s - (self._clock() - self._opened_at))
+            return max(0.0, self.cooldown_s - (float(self._clock()) - self._opened_at))
 
     def success(self) -> None:
         with self._lock:

@@ -1,0 +1,1 @@
+"""Block Kit builders, one module per feature: pure functions from pipeline values to Slack payloads."""

@@ -1,0 +1,267 @@
+"""Block Kit builders: pure functions from pipeline values to Slack message payloads (golden-tested).
+
+Every dynamic string goes through bot.slack.reply.mrkdwn (escape + limits) right here, where it enters a text
+object; nothing upstream pre-escapes. Limits enforced: 3,000 chars per section text, 150 per header,
+75 per button label, 10 context elements, 50 blocks per message (100 in views), a short plain `text`
+fallback (Slack truncates above 40,000).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from bot.facts import fact_lines
+from bot.i18n import Language, as_language, case_cause, step_text, t
+from bot.models import Diagnosis, Match
+from bot.slack.reply.kit import (
+    ACTION_ADD_KB_CASE,
+    ACTION_DRAFT_ISSUE,
+    ACTION_FIXED,
+    ACTION_NOT_HELPFUL,
+    ACTION_RUN_DIAGNOSTICS,
+    FALLBACK_TEXT_MAX,
+    SECTION_TEXT_MAX,
+    Message,
+    _bounded_join,
+    _button,
+    _context,
+    _section,
+)
+from bot.slack.reply.mrkdwn import (
+    code_block,
+    escape,
+    escape_limited,
+    inline_code,
+    plain_limited,
+    user_mention,
+)
+
+_VERDICT_EMOJI_HEAD = {"match": ":white_check_mark:", "uncertain": ":grey_question:", "unknown": ":mag:"}
+
+
+def _percent(score: float) -> str:
+    return f"{round(max(0.0, min(1.0, score)) * 100)}%"
+
+
+def _title(match: Match, language: str) -> str:
+    if language == "zh" and match.title_zh:
+        return f"{match.title_zh} ({match.title})"  # the English title is what issue trackers use
+    return match.title
+
+
+def _steps(items: Sequence[Any], lang: Language = "en") -> list[tuple[str, str | None]]:
+    """Fix steps from a KB case (FixStep, in `lang` when written) or an explanation (objects or strings)."""
+    steps: list[tuple[str, str | None]] = []
+    for item in items:
+        if isinstance(item, str):
+            steps.append((item, None))
+        elif hasattr(item, "text_zh"):
+            steps.append((step_text(item, lang), getattr(item, "command", None)))
+        else:
+            steps.append((str(getattr(item, "text", item)), getattr(item, "command", None)))
+    return steps
+
+
+def evidence_text(diagnosis: Diagnosis) -> str:
+    """Evidence lines with their line numbers: the code block content and the KB-case draft."""
+    lines = diagnosis.distilled.evidence or diagnosis.distilled.root_errors
+    return "\n".join(f"{line.line_no:>5}  {line.text}" for line in lines)
+
+
+def placeholder(what: str | None = None, lang: Language = "en") -> Message:
+    text = f":stethoscope: {escape(what or t('slack.placeholder', lang))}"
+    return Message(text=text, blocks=[_section(text, "placeholder")])
+
+
+def answer(
+    diagnosis: Diagnosis,
+    *,
+    answer_id: str,
+    case: Any | None = None,
+    explanation: Any | None = None,
+    streaming_text: str | None = None,
+    llm_pending: bool = False,
+    asker: str | None = None,
+    outcome: str | None = None,
+    host_facts_note: str | None = None,
+    language: str | None = None,
+) -> Message:
+    """The threaded answer, in `language` (default: the language of the paste or question). `case` is the kb Case of the best match (fix steps, cause); `explanation`
+    the final Explanation (LLM or KB); `streaming_text` the LLM text so far while it is being written;
+    `host_facts_note` (host_facts_note()) is shown while and when the LLM explains with host facts."""
+    lang: Language = as_language(language) or as_language(diagnosis.distilled.language) or "en"
+    language = lang
+    question = getattr(diagnosis, "kind", "log") == "question"
+    best = diagnosis.best
+    blocks: list[dict[str, Any]] = []
+    cut = False
+
+    # 1. verdict
+    if diagnosis.verdict == "unknown" or best is None:
+        key = "slack.head.question.unknown" if question else "slack.head.unknown"
+        head = f"{_VERDICT_EMOJI_HEAD['unknown']} *{t(key, lang)}*"
+        fallback = t(key, lang)
+    else:
+        title, _ = escape_limited(_title(best, language), 300)
+        key = "slack.head.question.uncertain" if question and diagnosis.verdict == "uncertain" else (
+            f"slack.head.{diagnosis.verdict}")
+        head = f"{_VERDICT_EMOJI_HEAD[diagnosis.verdict]} *{t(key, lang, title=title)}*"
+        fallback = t(key, lang, title=_title(best, language))
+        case_line = t("slack.case_line", lang, case=inline_code(best.case_id, 120), area=escape(best.area),
+                      pct=_percent(best.score))
+        head += f"\n{case_line}"
+    for note in diagnosis.notes[:2]:  # e.g. the paste ends inside a traceback
+        head += f"\n:warning: {escape_limited(note, 300)[0]}"
+    if asker:
+        head = f"{user_mention(asker)} {head}"
+    blocks.append(_section(head, "verdict"))
+
+    # 2. evidence
+    distilled = diagnosis.distilled
+    if question:  # the question itself, and which of its terms led to the case
+        asked, _ = escape_limited(distilled.evidence[0].text if distilled.evidence else "", 500)
+        why = escape_limited(best.evidence[0].why, 400)[0] if best is not None and best.evidence else ""
+        body = f"*{t('slack.question', lang)}*\n> {asked}" + (f"\n_{why}_" if why else "")
+        blocks.append(_section(body, "evidence"))
+    else:
+        lines_note = t("slack.lines", lang, kept=len(distilled.evidence), total=distilled.total_lines)
+        code, evidence_cut = code_block(
+            evidence_text(diagnosis) or t("slack.no_error_lines", lang), SECTION_TEXT_MAX - 60
+        )
+        cut |= evidence_cut
+        blocks.append(_section(f"*{t('slack.evidence', lang)}* ({lines_note})\n{code}", "evidence"))
+
+    # 3. why / explanation
+    if diagnosis.verdict == "unknown" or best is None:
+        nearest = [m for m in diagnosis.matches[:3]]
+        if nearest:
+            items = [
+                f"• {escape_limited(_title(m, language), 200)[0]} ({inline_code(m.case_id, 120)}, {_percent(m.score)})"
+                for m in nearest
+            ]
+            body, _ = _bounded_join([f"*{t('slack.nearest', lang)}*{t('slack.nearest_tail', lang)}", *items], SECTION_TEXT_MAX, "…")
+            blocks.append(_section(body, "nearest"))
+        blocks.append(_section(t("slack.invite", lang), "invite"))
+    else:
+        why_text, why_cut = _why_text(case, explanation, streaming_text, llm_pending, lang)
+        cut |= why_cut
+        if why_text:
+            blocks.append(_section(why_text, "why"))
+        steps = _steps(getattr(explanation, "fix_steps", None) or getattr(case, "fix", None) or [], lang)
+        if steps:
+            fix_text, fix_cut = _fix_text(steps, lang)
+            cut |= fix_cut
+            blocks.append(_section(fix_text, "fix"))
+        notes = [escape_limited(n, 300)[0] for n in best.notes]
+        if notes:
+            blocks.append(_context([f":pushpin: {n}" for n in notes[:3]], "case_notes"))
+        others = [m for m in diagnosis.matches[1:4]]
+        if others:
+            also = " · ".join(f"{escape_limited(_title(m, language), 120)[0]} ({_percent(m.score)})" for m in others)
+            label = t("slack.candidates" if question and diagnosis.verdict == "uncertain" else "slack.also", lang)
+            blocks.append(_context([f"{label}: {also}"], "others"))
+    if diagnosis.also_noticed:
+        noticed = " · ".join(
+            f"{escape_limited(_title(m, language), 120)[0]} ({inline_code(m.case_id, 80)})" for m in diagnosis.also_noticed
+        )
+        blocks.append(_context([f"{t('slack.also_noticed', lang)}: {noticed}"], "noticed"))
+    setup = fact_lines(diagnosis.facts)
+    if setup:
+        body, setup_cut = _bounded_join(
+            [f"*{t('slack.setup', lang)}*", *(f"• {escape_limited(f, 200)[0]}" for f in setup)],
+            SECTION_TEXT_MAX, "…",
+        )
+        cut |= setup_cut
+        blocks.append(_section(body, "setup"))
+
+    # 4. provenance
+    provenance = _provenance(diagnosis, explanation, streaming_text, llm_pending, lang)
+    llm_at_work = getattr(explanation, "source", None) == "llm" or streaming_text or llm_pending
+    if host_facts_note and llm_at_work:
+        provenance.insert(1, host_facts_note)
+    if outcome and diagnosis.verdict != "unknown":
+        feedback = t("slack.feedback", lang, outcome=escape_limited(outcome, 100)[0])
+        provenance.insert(1, f":busts_in_silhouette: {feedback}")
+    blocks.append(_context(provenance, "source"))
+
+    # 5. buttons: every answer has them; each one answers when pressed (see listeners in actions/)
+    blocks.append(answer_actions(answer_id, lang))
+
+    return Message(text=plain_limited(escape(fallback), FALLBACK_TEXT_MAX), blocks=blocks, cut=cut)
+
+
+def _why_text(
+    case: Any, explanation: Any, streaming_text: str | None, llm_pending: bool, lang: Language = "en"
+) -> tuple[str, bool]:
+    budget = SECTION_TEXT_MAX - 40
+    why = t("slack.why", lang)
+    if explanation is not None:
+        parts = [p for p in (getattr(explanation, "summary", ""), getattr(explanation, "why", "")) if p]
+        body, was_cut = escape_limited("\n\n".join(parts), budget)
+        return (f"*{why}*\n{body}" if body else ""), was_cut
+    if streaming_text:
+        body, was_cut = escape_limited(streaming_text.strip(), budget - 30)
+        return f"*{why}* _({t('slack.writing', lang)})_\n{body}", was_cut
+    cause = case_cause(case, lang) if hasattr(case, "cause_zh") else getattr(case, "cause", "")
+    if cause:
+        body, was_cut = escape_limited(cause.strip(), budget)
+        suffix = f"\n_{t('slack.writing_long', lang)}_" if llm_pending else ""
+        return f"*{why}*\n{body}{suffix}", was_cut
+    return (f"_{t('slack.writing_long', lang)}_" if llm_pending else ""), False
+
+
+def _fix_text(steps: list[tuple[str, str | None]], lang: Language = "en") -> tuple[str, bool]:
+    parts = []
+    for i, (text, command) in enumerate(steps, 1):
+        step = f"{i}. {escape_limited(text, 600)[0]}"
+        if command:
+            step += "\n" + code_block(command, 700)[0]
+        parts.append(step)
+    return _bounded_join([f"*{t('slack.fix', lang)}*", *parts], SECTION_TEXT_MAX, f"_{t('slack.more_steps', lang)}_")
+
+
+def _provenance(
+    diagnosis: Diagnosis, explanation: Any, streaming_text: str | None, llm_pending: bool, lang: Language = "en"
+) -> list[str]:
+    items: list[str] = []
+    source = getattr(explanation, "source", None)
+    if source == "llm":
+        items.append(f":robot_face: {t('slack.by_llm', lang)}")
+        best = diagnosis.best
+        chosen = str(getattr(explanation, "case_id", "") or "")
+        if chosen == "none":
+            items.append(t("slack.llm_none", lang))
+        elif best is not None and chosen and chosen != best.case_id:
+            items.append(t("slack.llm_other", lang, case=inline_code(chosen, 120)))
+    elif streaming_text or llm_pending:
+        items.append(f":hourglass_flowing_sand: {t('slack.llm_writing', lang)}")
+    else:
+        items.append(f":books: {t('slack.from_kb', lang)}")
+    note = getattr(explanation, "note", None)
+    if note:
+        items.append(escape_limited(str(note), 300)[0])
+    for note in diagnosis.distilled.notes[:3]:
+        items.append(escape_limited(note, 200)[0])
+    items.append(t("slack.searched", lang, ms=diagnosis.elapsed_ms))
+    return items
+
+
+def host_facts_note(label: str, when: float) -> str:
+    """"Using host facts from the diagnosis of gpu-01 at 14:05" (Slack shows the time in the reader's
+    time zone; the fallback is UTC)."""
+    fallback = time.strftime("%H:%M UTC", time.gmtime(when))
+    return (f":desktop_computer: Using host facts from the diagnosis of {escape_limited(label, 120)[0]} "
+            f"at <!date^{int(when)}^{{time}}|{fallback}>")
+
+
+def answer_actions(answer_id: str, lang: Language = "en") -> dict[str, Any]:
+    buttons = [
+        _button(f":white_check_mark: {t('button.fixed', lang)}", ACTION_FIXED, answer_id, "primary"),
+        _button(f":x: {t('button.not_helpful', lang)}", ACTION_NOT_HELPFUL, answer_id),
+        _button(f":desktop_computer: {t('button.run_diagnostics', lang)}", ACTION_RUN_DIAGNOSTICS, answer_id),
+        _button(f":heavy_plus_sign: {t('button.add_case', lang)}", ACTION_ADD_KB_CASE, answer_id),
+        _button(f":memo: {t('button.draft_issue', lang)}", ACTION_DRAFT_ISSUE, answer_id),
+    ]
+    return {"type": "actions", "block_id": "answer_actions", "elements": buttons}
