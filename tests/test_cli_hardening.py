@@ -20,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bot.cli.main import main as cli
+import bot.cli.main as cli
 from kb.loader import load_kb
 
 KB = load_kb()
@@ -107,7 +107,7 @@ def test_fuzz_batch_reader_one_object_per_input_line(doctor: Any, records: list[
         src.write(b"\n".join(lines) + (b"\n" if lines else b""))
         src.flush()
         out = io.StringIO()
-        with mock.patch.object(cli, "_doctor", lambda: doctor), contextlib.redirect_stdout(out):
+        with mock.patch.object(cli, "_pipeline", lambda: doctor), contextlib.redirect_stdout(out):
             rc = cli.main(["explain", "--no-llm", "--jsonl", src.name])
     assert rc == 0
     out.getvalue().encode("utf-8")  # writable to any UTF-8 stdout: no lone surrogate got through

@@ -18,12 +18,12 @@ from typing import Any
 import pytest
 from secret_corpus import ORDINARY, chunks, corpus_paste, leaks
 
-from bot.cli.main import main as cli
+import bot.cli.main as cli
 
 
 def _run_in_process(args: list[str], doctor: Any, monkeypatch: pytest.MonkeyPatch) -> tuple[int, str, str]:
-    """bot.cli.main with the session engine (the CLI code path is the real one; only the engine is shared)."""
-    monkeypatch.setattr(cli, "_doctor", lambda: doctor)
+    """bot.cli.main with the session pipeline (the CLI code path is the real one; only the pipeline is shared)."""
+    monkeypatch.setattr(cli, "_pipeline", lambda: doctor)
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         rc = cli.main(args)
