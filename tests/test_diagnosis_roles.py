@@ -37,20 +37,10 @@ def _place(cause_log: str, extra_log: str, where: str) -> str:
     return "\n".join(out)
 
 
-# Known gap: this example is a paste cut inside its traceback whose fingerprint is only in frames. With lines
-# appended, distill takes the first appended line for the exception line and drops the frames from what
-# signatures scan, so the cause loses its evidence (fix in bot/distill.py: keep completed tracebacks' frames
-# visible to signatures, then re-run the eval).
-_KNOWN_GAPS = {
-    "cuda-graph-capture-oom": "frames of a completed traceback are not scanned by signatures",
-    # same gap: the example is a traceback cut before its exception line; its fingerprint is a frame path
-    "windows-native-unsupported": "frames of a completed traceback are not scanned by signatures",
-}
-MATRIX = [
-    pytest.param(c, id=c.id, marks=pytest.mark.xfail(strict=True, reason=_KNOWN_GAPS[c.id]))
-    if c.id in _KNOWN_GAPS else pytest.param(c, id=c.id)
-    for c in CAUSES
-]
+# The cuda-graph-capture-oom and windows-native-unsupported examples are tracebacks cut before their
+# exception line whose fingerprint is a frame: distill keeps every frame visible to signatures, and a line
+# appended after the frames is not mistaken for the exception line.
+MATRIX = [pytest.param(c, id=c.id) for c in CAUSES]
 
 
 @pytest.mark.parametrize("cause", MATRIX)
