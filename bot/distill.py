@@ -246,20 +246,25 @@ def _closes_traceback(text: str) -> bool:
 
 
 _FRAME_ANYWHERE = re.compile(r'File "[^"]+", line \d+, in ')
+# Python 3.11+ marks the failing expression under a frame's code line: "    ^^^^^^" (after an optional "[rank0]:").
+_CARETS = re.compile(r"^(?:\[[^\]]*\]:?)?[\s^~]*[\^~]{3,}[\s^~]*$")
 
 
 def _ends_in_frames(lines: list[str]) -> bool:
-    """True when the paste's last line is a traceback frame (or the code line under one): it was cut
-    before the exception line, e.g. only the top of a traceback was copied."""
-    tail = [ln for ln in lines[-50:] if ln.strip()][-2:]
-    if not tail:
+    """True when the paste ends with a traceback frame (its code line and caret marks may follow): it was
+    cut before the exception line, e.g. only the top of a traceback was copied."""
+    tail = [clean_line(ln) for ln in lines[-50:] if ln.strip()][-5:]
+    i = len(tail) - 1
+    while i >= 0 and _CARETS.match(tail[i]):
+        i -= 1
+    if i < 0:
         return False
-    last = clean_line(tail[-1]).strip()
-    if _FRAME_ANYWHERE.search(last):
+    if _FRAME_ANYWHERE.search(tail[i]):
         return True
-    if len(tail) == 2 and _FRAME_ANYWHERE.search(clean_line(tail[0])):  # the code line under the last frame
-        return not (_EXCEPTION_LINE.match(last) or _ROOT_MARKERS.search(last))
-    return False
+    last = tail[i].strip()
+    if _EXCEPTION_LINE.match(last) or _ROOT_MARKERS.search(last):
+        return False
+    return i >= 1 and bool(_FRAME_ANYWHERE.search(tail[i - 1]))  # the code line under the last frame
 
 
 def _keep(candidates: deque[LogLine], head: list[LogLine], line: LogLine) -> None:
@@ -306,7 +311,10 @@ def _build_query(roots: tuple[LogLine, ...], evidence: tuple[LogLine, ...]) -> s
     """Masked query: root errors first (the dense encoder reads ~256 tokens), then frames and context."""
     parts: list[str] = []
     seen: set[str] = set()
-    for line in (*roots, *evidence):
+    # Errors before warnings: the encoder reads only the start, and start-up warnings that mention "error"
+    # or "unsupported" must not push the crash out of it.
+    ordered = [r for r in roots if r.level != "warning"] + [r for r in roots if r.level == "warning"]
+    for line in (*ordered, *evidence):
         text = line.text
         m = _FRAME.match(text)
         if m:  # a frame contributes its module and function names, not the path noise
