@@ -51,6 +51,7 @@ TRUNCATED_NOTE = (
 # Facts that name a package's version, for `fixed_in` / `affects` (other packages are not read from logs).
 _VERSION_FACTS = {"vllm": "vllm_version", "torch": "torch_version", "cuda": "cuda_version"}
 
+_QUIET = ("info", "debug", "warning")
 _EXCEPTION_TEXT = re.compile(r"(?:^|[^A-Za-z0-9_.])(?:[A-Za-z_]\w*\.)*[A-Z][A-Za-z0-9_]*(?:Error|Exception): \S")
 _FRAME_TEXT = re.compile(r'File "[^"]+", line \d+')
 _WORD = re.compile(r"[a-z][a-z0-9_]{2,}")
@@ -355,7 +356,10 @@ class Matcher:
         noticed = [e for e in entries if e.case.role == "advisory" and e.signature and e.unexplained and not e.strong]
         entries = [e for e in entries if e not in noticed]
         self._demote_secondary(entries)
-        entries.sort(key=lambda e: (e.strong, e.score), reverse=True)
+        earliest = self._earliest_cause(entries, sig_hits)
+        # Two failures in one paste: the earliest root error is the answer (what came after may be its
+        # consequence, or a second problem); score decides among the rest.
+        entries.sort(key=lambda e: (e.strong, e.case.id == earliest, e.score), reverse=True)
         entries = [e for e in entries if e.score >= MIN_SCORE]  # near-zero candidates are noise
 
         matches = [self._to_match(e, sig_hits, distilled, facts, proven) for e in entries[:TOP_K]]
@@ -381,6 +385,19 @@ class Matcher:
             for e in sorted(noticed, key=lambda e: -e.score)[:3]
         )
         return Ranking(verdict, tuple(matches), also, tuple(ranking_notes))
+
+    @staticmethod
+    def _earliest_cause(entries: list[_Entry], sig_hits: dict[str, list[SignatureHit]]) -> str | None:
+        """The strong cause whose fingerprint sits on the earliest error line (not an INFO/WARNING line)."""
+        first: dict[str, int] = {}
+        for e in entries:
+            if e.strong and e.case.role == "cause":
+                lines = [h.line.line_no for h in sig_hits.get(e.case.id, []) if h.line.level not in _QUIET]
+                if lines:
+                    first[e.case.id] = min(lines)
+        if len(first) < 2:
+            return None
+        return min(first, key=lambda c: (first[c], c))
 
     def _demote_secondary(self, entries: list[_Entry]) -> None:
         """A symptom never outranks a cause with evidence; an advisory never tops a paste that crashed."""
