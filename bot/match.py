@@ -294,8 +294,8 @@ class Matcher:
             for ln in (distilled.cleaned or distilled.evidence)
             if ln.level not in ("info", "debug") and _EXCEPTION_TEXT.search(ln.text)
         }
-        if distilled.truncated:
-            crashed.add(0)
+        if distilled.truncated or any(c.kind == "frame" for c in distilled.cleaned):
+            crashed.add(0)  # a traceback was printed (even one cut before its exception line): something crashed
         fact_values = facts_mapping(facts)
         proven = self._proven_rules(fact_values) if mode == "hybrid" else {}
 
@@ -304,6 +304,10 @@ class Matcher:
             (case_id in sig_hits or case_id in proven) and self.cases[case_id].role == "cause"
             for case_id in (*sig_hits, *proven)
             if case_id in self.cases
+        )
+        best_other = max(
+            (r for cid, (r, _) in retrieval.items() if cid in self.cases and self.cases[cid].role != "advisory"),
+            default=0.0,
         )
         entries: list[_Entry] = []
         for case_id in set(sig_hits) | set(retrieval) | set(proven):
@@ -315,7 +319,11 @@ class Matcher:
             hits = sig_hits.get(case_id, [])
             hit_lines = {h.line.line_no for h in hits}
             unexplained = bool(crash_lines - hit_lines) or (
-                case.role == "advisory" and (cause_evident or bool(crashed - hit_lines))
+                case.role == "advisory"
+                and (
+                    cause_evident
+                    or bool(crashed - hit_lines)
+                )
             )
             if hits:
                 if case.role == "symptom":
