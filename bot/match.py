@@ -323,6 +323,9 @@ class Matcher:
                 and (
                     cause_evident
                     or bool(crashed - hit_lines)
+                    # A hint on a start-up INFO/WARNING line, in a paste whose text reads more like another
+                    # case: ordinary start-up output, not what the paste is about.
+                    or (all(h.line.level in _QUIET for h in hits) and best_other > r)
                 )
             )
             if hits:
