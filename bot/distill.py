@@ -152,15 +152,19 @@ def distill(paste: Paste | str, notes: tuple[str, ...] = (), keywords: tuple[str
                 roots.append(line)
                 _keep(candidates, head_candidates, line)
             exc, frames, next_free = _walk_traceback(lines, idx + 1)
+            # Every frame stays visible to signatures (a fingerprint is often a frame: capture_model, a
+            # Windows path), whether or not the traceback reached its exception line.
+            for frame in frames:
+                _keep(candidates, head_candidates, frame)
             if exc is None:
-                dangling_frames = frames
+                dangling_frames.extend(frames[-FRAMES_PER_TRACEBACK * 2:])
                 truncated = next_free >= len(lines)  # not just a traceback longer than the walk limit
                 continue
             key = mask(exc.text)
             if key not in seen:
                 seen.add(key)
                 roots.append(exc)
-                frames_for_root[exc.line_no] = frames
+                frames_for_root[exc.line_no] = frames[-FRAMES_PER_TRACEBACK * 2:]
                 _keep(candidates, head_candidates, exc)
             continue
         key = mask(stripped)
@@ -185,9 +189,7 @@ def distill(paste: Paste | str, notes: tuple[str, ...] = (), keywords: tuple[str
         (roots if is_root else context).append(line)
         _keep(candidates, head_candidates, line)
 
-    if dangling_frames:  # a paste cut off inside a traceback: its last frames are evidence
-        for frame in dangling_frames:
-            _keep(candidates, head_candidates, frame)
+    if dangling_frames:  # a traceback cut before its exception line: its last frames are evidence
         context.extend(dangling_frames)
 
     evidence = _select_evidence(roots, frames_for_root, context or info_context[-10:], lines)
@@ -210,8 +212,9 @@ def distill(paste: Paste | str, notes: tuple[str, ...] = (), keywords: tuple[str
 def _walk_traceback(lines: list[str], start: int) -> tuple[LogLine | None, list[LogLine], int]:
     """Follow a traceback from the line after its header to its exception line.
 
-    Returns (exception line or None if the paste ends inside it, last frames, index after it)."""
-    frames: deque[LogLine] = deque(maxlen=FRAMES_PER_TRACEBACK * 2)
+    Returns (exception line, or None when the traceback was cut before it: the paste ends, or a line follows
+    that no exception line looks like; its frames; the index to resume at)."""
+    frames: list[LogLine] = []
     idx = start
     limit = min(len(lines), start + MAX_TRACEBACK_LINES)
     while idx < limit:
@@ -223,25 +226,45 @@ def _walk_traceback(lines: list[str], start: int) -> tuple[LogLine | None, list[
             frames.append(LogLine(idx + 1, cleaned, "frame"))
             idx += 1
             continue
-        return LogLine(idx + 1, cleaned.strip(), "root"), list(frames), idx + 1
-    return None, list(frames), idx
+        text = cleaned.strip()
+        if frames and not _closes_traceback(text):
+            # Cut: the next thing pasted (an INFO line, another failure) is not this traceback's exception.
+            return None, frames, idx
+        return LogLine(idx + 1, text, "root"), frames, idx + 1
+    return None, frames, idx
+
+
+# What ends a traceback: "pkg.mod.SomeError: message", "RayTaskError(ValueError): …", a bare
+# "KeyboardInterrupt", or an error marker.
+_EXCEPTION_HEAD = re.compile(r"^[A-Za-z_][\w.]*(?:\([\w.]*\))?(?::|$)")
+
+
+def _closes_traceback(text: str) -> bool:
+    if _TRACEBACK_START.search(text):
+        return False
+    return bool(_EXCEPTION_HEAD.match(text) or _EXCEPTION_LINE.match(text) or _ROOT_MARKERS.search(text))
 
 
 _FRAME_ANYWHERE = re.compile(r'File "[^"]+", line \d+, in ')
+# Python 3.11+ marks the failing expression under a frame's code line: "    ^^^^^^" (after an optional "[rank0]:").
+_CARETS = re.compile(r"^(?:\[[^\]]*\]:?)?[\s^~]*[\^~]{3,}[\s^~]*$")
 
 
 def _ends_in_frames(lines: list[str]) -> bool:
-    """True when the paste's last line is a traceback frame (or the code line under one): it was cut
-    before the exception line, e.g. only the top of a traceback was copied."""
-    tail = [ln for ln in lines[-50:] if ln.strip()][-2:]
-    if not tail:
+    """True when the paste ends with a traceback frame (its code line and caret marks may follow): it was
+    cut before the exception line, e.g. only the top of a traceback was copied."""
+    tail = [clean_line(ln) for ln in lines[-50:] if ln.strip()][-5:]
+    i = len(tail) - 1
+    while i >= 0 and _CARETS.match(tail[i]):
+        i -= 1
+    if i < 0:
         return False
-    last = clean_line(tail[-1]).strip()
-    if _FRAME_ANYWHERE.search(last):
+    if _FRAME_ANYWHERE.search(tail[i]):
         return True
-    if len(tail) == 2 and _FRAME_ANYWHERE.search(clean_line(tail[0])):  # the code line under the last frame
-        return not (_EXCEPTION_LINE.match(last) or _ROOT_MARKERS.search(last))
-    return False
+    last = tail[i].strip()
+    if _EXCEPTION_LINE.match(last) or _ROOT_MARKERS.search(last):
+        return False
+    return i >= 1 and bool(_FRAME_ANYWHERE.search(tail[i - 1]))  # the code line under the last frame
 
 
 def _keep(candidates: deque[LogLine], head: list[LogLine], line: LogLine) -> None:
@@ -288,7 +311,10 @@ def _build_query(roots: tuple[LogLine, ...], evidence: tuple[LogLine, ...]) -> s
     """Masked query: root errors first (the dense encoder reads ~256 tokens), then frames and context."""
     parts: list[str] = []
     seen: set[str] = set()
-    for line in (*roots, *evidence):
+    # Errors before warnings: the encoder reads only the start, and start-up warnings that mention "error"
+    # or "unsupported" must not push the crash out of it.
+    ordered = [r for r in roots if r.level != "warning"] + [r for r in roots if r.level == "warning"]
+    for line in (*ordered, *evidence):
         text = line.text
         m = _FRAME.match(text)
         if m:  # a frame contributes its module and function names, not the path noise

@@ -47,6 +47,7 @@ TRUNCATED_NOTE = (
     "frames and facts above it (paste the lines that follow to be sure)"
 )
 
+_QUIET = ("info", "debug", "warning")
 _EXCEPTION_TEXT = re.compile(r"(?:^|[^A-Za-z0-9_.])(?:[A-Za-z_]\w*\.)*[A-Z][A-Za-z0-9_]*(?:Error|Exception): \S")
 _FRAME_TEXT = re.compile(r'File "[^"]+", line \d+')
 _WORD = re.compile(r"[a-z][a-z0-9_]{2,}")
@@ -290,8 +291,8 @@ class Matcher:
             for ln in (distilled.cleaned or distilled.evidence)
             if ln.level not in ("info", "debug") and _EXCEPTION_TEXT.search(ln.text)
         }
-        if distilled.truncated:
-            crashed.add(0)
+        if distilled.truncated or any(c.kind == "frame" for c in distilled.cleaned):
+            crashed.add(0)  # a traceback was printed (even one cut before its exception line): something crashed
         fact_values = facts_mapping(facts)
         proven = self._proven_rules(fact_values) if mode == "hybrid" else {}
 
@@ -300,6 +301,10 @@ class Matcher:
             (case_id in sig_hits or case_id in proven) and self.cases[case_id].role == "cause"
             for case_id in (*sig_hits, *proven)
             if case_id in self.cases
+        )
+        best_other = max(
+            (r for cid, (r, _) in retrieval.items() if cid in self.cases and self.cases[cid].role != "advisory"),
+            default=0.0,
         )
         entries: list[_Entry] = []
         for case_id in set(sig_hits) | set(retrieval) | set(proven):
@@ -311,7 +316,14 @@ class Matcher:
             hits = sig_hits.get(case_id, [])
             hit_lines = {h.line.line_no for h in hits}
             unexplained = bool(crash_lines - hit_lines) or (
-                case.role == "advisory" and (cause_evident or bool(crashed - hit_lines))
+                case.role == "advisory"
+                and (
+                    cause_evident
+                    or bool(crashed - hit_lines)
+                    # A hint on a start-up INFO/WARNING line, in a paste whose text reads more like another
+                    # case: ordinary start-up output, not what the paste is about.
+                    or (all(h.line.level in _QUIET for h in hits) and best_other > r)
+                )
             )
             if hits:
                 if case.role == "symptom":
@@ -352,7 +364,10 @@ class Matcher:
         noticed = [e for e in entries if e.case.role == "advisory" and e.signature and e.unexplained and not e.strong]
         entries = [e for e in entries if e not in noticed]
         self._demote_secondary(entries)
-        entries.sort(key=lambda e: (e.strong, e.score), reverse=True)
+        earliest = self._earliest_cause(entries, sig_hits)
+        # Two failures in one paste: the earliest root error is the answer (what came after may be its
+        # consequence, or a second problem); score decides among the rest.
+        entries.sort(key=lambda e: (e.strong, e.case.id == earliest, e.score), reverse=True)
         entries = [e for e in entries if e.score >= MIN_SCORE]  # near-zero candidates are noise
 
         matches = [self._to_match(e, sig_hits, distilled, facts, proven) for e in entries[:TOP_K]]
@@ -378,6 +393,19 @@ class Matcher:
             for e in sorted(noticed, key=lambda e: -e.score)[:3]
         )
         return Ranking(verdict, tuple(matches), also, tuple(ranking_notes))
+
+    @staticmethod
+    def _earliest_cause(entries: list[_Entry], sig_hits: dict[str, list[SignatureHit]]) -> str | None:
+        """The strong cause whose fingerprint sits on the earliest error line (not an INFO/WARNING line)."""
+        first: dict[str, int] = {}
+        for e in entries:
+            if e.strong and e.case.role == "cause":
+                lines = [h.line.line_no for h in sig_hits.get(e.case.id, []) if h.line.level not in _QUIET]
+                if lines:
+                    first[e.case.id] = min(lines)
+        if len(first) < 2:
+            return None
+        return min(first, key=lambda c: (first[c], c))
 
     def _demote_secondary(self, entries: list[_Entry]) -> None:
         """A symptom never outranks a cause with evidence; an advisory never tops a paste that crashed."""

@@ -37,20 +37,10 @@ def _place(cause_log: str, extra_log: str, where: str) -> str:
     return "\n".join(out)
 
 
-# Known gap: this example is a paste cut inside its traceback whose fingerprint is only in frames. With lines
-# appended, distill takes the first appended line for the exception line and drops the frames from what
-# signatures scan, so the cause loses its evidence (fix in bot/distill.py: keep completed tracebacks' frames
-# visible to signatures, then re-run the eval).
-_KNOWN_GAPS = {
-    "cuda-graph-capture-oom": "frames of a completed traceback are not scanned by signatures",
-    # same gap: the example is a traceback cut before its exception line; its fingerprint is a frame path
-    "windows-native-unsupported": "frames of a completed traceback are not scanned by signatures",
-}
-MATRIX = [
-    pytest.param(c, id=c.id, marks=pytest.mark.xfail(strict=True, reason=_KNOWN_GAPS[c.id]))
-    if c.id in _KNOWN_GAPS else pytest.param(c, id=c.id)
-    for c in CAUSES
-]
+# The cuda-graph-capture-oom and windows-native-unsupported examples are tracebacks cut before their
+# exception line whose fingerprint is a frame: distill keeps every frame visible to signatures, and a line
+# appended after the frames is not mistaken for the exception line.
+MATRIX = [pytest.param(c, id=c.id) for c in CAUSES]
 
 
 @pytest.mark.parametrize("cause", MATRIX)
@@ -178,3 +168,13 @@ def test_version_in_the_log_is_read_against_fixed_in(doctor) -> None:
     m = next(m for m in outside.rank(distill(new), facts=read_facts(new)).matches
              if m.case_id == "cuda-reinit-forked-subprocess")
     assert any("outside that range" in n for n in m.notes)
+
+
+def test_two_failures_the_earliest_root_error_is_the_answer(doctor) -> None:
+    first = KB.by_id()["kv-cache-no-memory"].examples[0].log
+    second = KB.by_id()["cuda-reinit-forked-subprocess"].examples[0].log
+    for a, b, expected in ((first, second, "kv-cache-no-memory"), (second, first, "cuda-reinit-forked-subprocess")):
+        d = doctor.diagnose(a + "\n" + b)
+        ids = [m.case_id for m in d.matches]
+        assert ids[0] == expected, ids
+        assert {"kv-cache-no-memory", "cuda-reinit-forked-subprocess"} <= set(ids[:3])

@@ -143,3 +143,51 @@ def test_gbk_chinese_is_decoded() -> None:
     paste = decode_input(raw, MAX)
     assert paste.text.startswith("启动失败")
     assert "GB18030" in paste.notes[0]
+
+
+# -- cut and completed tracebacks ---------------------------------------------------------------------
+_FRAMES = (
+    'ERROR 04-09 20:31:10 [core.py:949] Traceback (most recent call last):\n'
+    'ERROR 04-09 20:31:10 [core.py:949]   File "/usr/lib/vllm/v1/worker/gpu_worker.py", line 588, in compile_or_warm_up_model\n'
+    'ERROR 04-09 20:31:10 [core.py:949]     cuda_graph_memory_bytes = self.model_runner.capture_model()\n'
+    'ERROR 04-09 20:31:10 [core.py:949]   File "/usr/lib/vllm/v1/worker/gpu_model_runner.py", line 5684, in capture_model\n'
+)
+
+
+def test_frames_of_a_completed_traceback_are_visible_to_signatures() -> None:
+    d = distill(_FRAMES + "ERROR 04-09 20:31:10 [core.py:949] torch.OutOfMemoryError: CUDA out of memory.\n")
+    assert [r.text for r in d.root_errors] == ["torch.OutOfMemoryError: CUDA out of memory."]
+    scanned = {c.line_no: c.text for c in d.cleaned}
+    assert scanned[4].endswith("in capture_model") and scanned[2].endswith("in compile_or_warm_up_model")
+    assert not d.truncated
+
+
+def test_a_line_after_cut_frames_is_not_taken_for_their_exception() -> None:
+    d = distill(_FRAMES + "ERROR 04-09 20:31:12 [core.py:1] EngineCore encountered a fatal error.\nINFO done\n")
+    texts = [r.text for r in d.root_errors]
+    assert "EngineCore encountered a fatal error." in texts  # still read, as its own line
+    assert all(r.kind != "frame" for r in d.root_errors)
+    assert any(c.text.endswith("in capture_model") for c in d.cleaned)
+    assert any(e.kind == "frame" and e.line_no == 4 for e in d.evidence)  # the cut traceback's last frames
+    assert not d.truncated  # the paste goes on after the cut
+
+
+@pytest.mark.parametrize(
+    "tail",
+    [
+        "",  # ends on the frame
+        "    self._capture_cudagraphs(\n",  # ... or on its code line
+        "    self._capture_cudagraphs(\n    ^^^^^^^^^^^^^^^^^^^^^^^^\n",  # ... and Python 3.11's caret marks
+    ],
+)
+def test_paste_ending_inside_a_traceback_is_truncated(tail: str) -> None:
+    assert distill(_FRAMES + tail).truncated
+    assert not distill(_FRAMES + tail + "RuntimeError: CUDA error: out of memory\n").truncated
+
+
+def test_query_puts_errors_before_warnings_that_mention_errors() -> None:
+    d = distill(
+        "WARNING 11-18 18:07:21 arg_utils.py:1075] Async output processing is not supported; error rates may vary\n"
+        "ValueError: No available memory for the cache blocks.\n"
+    )
+    assert d.query.splitlines()[0].startswith("ValueError: No available memory")
