@@ -270,7 +270,7 @@ _TEXT: dict[str, dict[Language, str]] = {
     "verdict.word.match": {"en": "match", "zh": "匹配"},
     "verdict.word.uncertain": {"en": "uncertain", "zh": "不确定"},
     "verdict.word.unknown": {"en": "unknown", "zh": "未知"},
-    # KB case form and the rest of KB growth in Slack (bot/slack/kb_growth_blocks.py, listeners/kb_growth.py)
+    # KB case form and the rest of KB growth in Slack (bot/slack/reply/kb_growth.py, bot/slack/kb_growth_edge.py)
     "kbform.modal_title": {"en": "Add to vLLM KB", "zh": "添加到 vLLM 知识库"},
     "kbform.cancel": {"en": "Cancel", "zh": "取消"},
     "kbform.close": {"en": "Close", "zh": "关闭"},

@@ -33,9 +33,8 @@ from bot.errors import ConfigError
 from bot.ops import metrics
 from bot.ops.logs import ContextExecutor, new_request_id
 from bot.settings import Settings
-from bot.slack import actions, commands, events, shortcuts, views
+from bot.slack import actions, commands, events, kb_growth_edge, shortcuts, views
 from bot.slack.deps import SlackDeps
-from bot.slack.listeners import kb_growth
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +68,7 @@ def build_app(deps: SlackDeps, client: WebClient) -> App:
         raise ConfigError(f"Slack did not accept SLACK_BOT_TOKEN at {client.base_url} ({exc})") from exc
     app.middleware(_skip_retried_events(deps))
     app.error(_log_listener_error)
-    kb_growth.register(app, deps, deps.kb_growth)  # feedback, "Add as a KB case", review (bot.kb_growth)
+    kb_growth_edge.setup(app, deps)  # deps.kb_growth, before the areas that register its listeners
     for area in (events, commands, actions, shortcuts, views):
         area.register(app, deps)
     return app

@@ -68,7 +68,7 @@ class SlackBot:
             recent=RecentAnswers(store=state),
             thread_facts=ThreadFacts(store=state),
             hosts=hosts if hosts is not None else load_host_diagnostics(settings, pipeline),
-            kb_growth=kb_growth,  # None: the KB-growth listeners build it from settings (build_app)
+            kb_growth=kb_growth,  # None: kb_growth_edge.setup builds it from settings (build_app)
         )
         self.app = build_app(self.deps, self.client)
         self.kb_sync: KBSync | None = None
