@@ -126,3 +126,11 @@ def test_kb_lint_reports_file_and_field(tmp_path: Path, built_index: Path) -> No
     assert proc.returncode == 1
     err = proc.stderr.decode()
     assert "bad-case.yaml" in err and "field 'foo': unknown field" in err and "field 'cause': missing" in err
+
+
+def test_help_and_errors_name_the_installed_command(tmp_path: Path) -> None:
+    """Usage lines and hints say `vllm-doctor` (the console script in pyproject.toml), never an internal name."""
+    shown = run_cli(["--help"], tmp_path)
+    assert shown.returncode == 0 and shown.stdout.decode().startswith("usage: vllm-doctor ")
+    missing = run_cli(["kb", "show", "no-such-case"], tmp_path)
+    assert missing.returncode != 0 and "`vllm-doctor kb list`" in missing.stderr.decode()

@@ -1,14 +1,14 @@
-"""`vllm-pipeline` command line. Imports stay lazy so `kb list` / `kb lint` never load torch.
+"""`vllm-doctor` command line. Imports stay lazy so `kb list` / `kb lint` never load torch.
 
-    vllm-pipeline explain [FILE|-] [--json] [--no-llm] [--host-report REPORT.json]   diagnose one log
-    vllm-pipeline explain --no-llm --jsonl IN.jsonl         batch contract: one JSON object per input line
-    vllm-pipeline explain FILE --plot MEM.png               also draw the GPU memory picture (bot/pictures.py)
-    vllm-pipeline report-draft [FILE|-] [-o DRAFT.md]       a vLLM bug-report draft (bot/report_draft.py)
-    vllm-pipeline kb list [--json] | kb lint [DIR] | kb show ID
-    vllm-pipeline index [--rebuild]
-    vllm-pipeline eval LABELLED.jsonl [--json] [--floor …]
-    vllm-pipeline diagnose HOST|GROUP | --local             remote checks (bot/cli/diagnose.py)
-    vllm-pipeline serve [--http --port N]                   the Slack bot (bot/cli/serve.py)
+    vllm-doctor explain [FILE|-] [--json] [--no-llm] [--host-report REPORT.json]   diagnose one log
+    vllm-doctor explain --no-llm --jsonl IN.jsonl         batch contract: one JSON object per input line
+    vllm-doctor explain FILE --plot MEM.png               also draw the GPU memory picture (bot/pictures.py)
+    vllm-doctor report-draft [FILE|-] [-o DRAFT.md]       a vLLM bug-report draft (bot/report_draft.py)
+    vllm-doctor kb list [--json] | kb lint [DIR] | kb show ID
+    vllm-doctor index [--rebuild]
+    vllm-doctor eval LABELLED.jsonl [--json] [--floor …]
+    vllm-doctor diagnose HOST|GROUP | --local             remote checks (bot/cli/diagnose.py)
+    vllm-doctor serve [--http --port N]                   the Slack bot (bot/cli/serve.py)
 """
 
 from __future__ import annotations
@@ -165,7 +165,7 @@ def _run_jsonl(args: argparse.Namespace) -> int:
 
 
 def _host_facts(path: str | None) -> list[str] | None:
-    """Facts from a `vllm-pipeline diagnose HOST --json` report, for the LLM prompt."""
+    """Facts from a `vllm-doctor diagnose HOST --json` report, for the LLM prompt."""
     if path is None:
         return None
     from bot.runner.report import load_report
@@ -222,7 +222,7 @@ def _write_png(path: Path, png: bytes) -> None:
 
 
 def cmd_report_draft(args: argparse.Namespace) -> int:
-    """`vllm-pipeline report-draft [FILE|-]`: Markdown for a vLLM bug report from a (redacted) log."""
+    """`vllm-doctor report-draft [FILE|-]`: Markdown for a vLLM bug report from a (redacted) log."""
     from bot.report_draft import draft, environment_from_host
 
     env = None
@@ -288,7 +288,7 @@ def cmd_kb(args: argparse.Namespace) -> int:
     if args.kb_cmd == "show":
         case = kb.by_id().get(args.case_id)
         if case is None:
-            raise UserInputError(f"no case with id {args.case_id!r}; see `vllm-pipeline kb list`")
+            raise UserInputError(f"no case with id {args.case_id!r}; see `vllm-doctor kb list`")
         print(json.dumps(case.model_dump(), ensure_ascii=False, indent=2))
         return 0
     from bot.cli.kb import run_kb_command  # kb add / search / stats (KB growth)
@@ -321,7 +321,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="vllm-pipeline", description="Diagnose vLLM deployment failures.")
+    parser = argparse.ArgumentParser(prog="vllm-doctor", description="Diagnose vLLM deployment failures.")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging on stderr")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -333,13 +333,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lang", choices=["en", "zh"], help="answer language (default: from the paste)")
     p.add_argument("--plot", metavar="FILE.png", help="also draw the GPU memory picture from the log's numbers")
     p.add_argument("--host-report", metavar="REPORT.json",
-                   help="output of `vllm-pipeline diagnose HOST --json`: its findings go into the LLM prompt")
+                   help="output of `vllm-doctor diagnose HOST --json`: its findings go into the LLM prompt")
     p.set_defaults(func=cmd_explain)
 
     p = sub.add_parser("report-draft", help="draft a vLLM bug report (Markdown) from a log; nothing is sent")
     p.add_argument("file", nargs="?", help="log file, or - for stdin (default)")
     p.add_argument("--host-report", metavar="REPORT.json",
-                   help="output of `vllm-pipeline diagnose HOST --json`: the environment section comes from it")
+                   help="output of `vllm-doctor diagnose HOST --json`: the environment section comes from it")
     p.add_argument("-o", "--output", metavar="FILE.md", help="write the draft here instead of stdout")
     p.set_defaults(func=cmd_report_draft)
 
@@ -423,7 +423,7 @@ def main(argv: list[str] | None = None) -> int:
     except DoctorError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except BrokenPipeError:  # `vllm-pipeline … | head`
+    except BrokenPipeError:  # `vllm-doctor … | head`
         return 0
     except KeyboardInterrupt:
         return 130
