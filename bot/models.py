@@ -182,6 +182,16 @@ def worst(verdicts: list[str]) -> str:
     return max(verdicts, key=CHECK_VERDICTS.index) if verdicts else "skipped"
 
 
+# check id → the version facts a host report keeps in its JSON (bot/versions.py reads them against the
+# cases' fixed_in / affects).
+REPORTED_FACTS: dict[str, tuple[str, ...]] = {
+    "python.vllm_install": ("version",),
+    "python.torch": ("version", "cuda"),
+    "gpu.driver": ("driver_version",),
+    "python.runtime": ("version",),
+}
+
+
 @dataclass
 class CheckResult:
     """One check on one host: its verdict, the KB cases it points to, and its (redacted) output."""
@@ -205,8 +215,19 @@ class CheckResult:
         return self.id.split(".", 1)[0]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "verdict": self.verdict, "message": self.message, "cases": list(self.cases),
-                "duration_s": round(self.duration_s, 3)}
+        out: dict[str, Any] = {"id": self.id, "verdict": self.verdict, "message": self.message,
+                               "cases": list(self.cases), "duration_s": round(self.duration_s, 3)}
+        versions = self.version_facts()
+        if versions:
+            out["facts"] = versions  # added key: read back by bot/runner/report.py for `explain --host-report`
+        return out
+
+    def version_facts(self) -> dict[str, str]:
+        """The version facts of this check (REPORTED_FACTS); the only facts a JSON report carries, because
+        other facts may hold values (environment, paths) that the redacted message does not show."""
+        names = REPORTED_FACTS.get(self.id, ())
+        return {n: str(self.facts[n]) for n in names
+                if isinstance(self.facts.get(n), (str, int, float)) and not isinstance(self.facts.get(n), bool)}
 
 
 @dataclass

@@ -320,10 +320,13 @@ class Pipeline:
         host_facts: HostFacts | None = None,
         language: str | None = None,
         use_llm: bool = True,
+        host_versions: Mapping[str, str] | None = None,
+        host_label: str = "",
     ) -> Explained:
         """A paste → its diagnosis and, when an LLM is configured and wanted, the LLM's explanation
-        (KB-only when the LLM fails). Without an LLM the explanation is None: the diagnosis is the answer."""
-        diagnosis = self.match(data)
+        (KB-only when the LLM fails). Without an LLM the explanation is None: the diagnosis is the answer.
+        host_versions: package → version of the host the log came from (a `diagnose --json` report)."""
+        diagnosis = self.match(data, host_versions=host_versions, host_label=host_label)
         explanation = None
         if use_llm and self.settings.vllm_base_url:
             explanation = self.explain(diagnosis, host_facts, language)

@@ -100,6 +100,14 @@ def host_versions(check_facts: Iterable[tuple[str, Mapping[str, Any]]]) -> dict[
     return out
 
 
+def report_versions(report: Any) -> dict[str, str]:
+    """The versions every checked host of a /vllm-diagnose report agrees on (one host: all of its own)."""
+    per_host = [host_versions((c.id, c.facts) for c in h.checks) for h in report.hosts if not h.error]
+    if not per_host:
+        return {}
+    return {k: v for k, v in per_host[0].items() if all(other.get(k) == v for other in per_host[1:])}
+
+
 def _where(known: KnownVersion, lang: Language) -> str:
     if known.source == "host":
         return t("version.where_host", lang, host=known.host or "?", shown=known.text)

@@ -133,3 +133,21 @@ def test_malformed_reports_name_the_problem(data: object, problem: str) -> None:
     with pytest.raises(UserInputError, match="not a `vllm-doctor diagnose --json` report") as err:
         report_from_dict(data, source="r.json")
     assert problem in str(err.value) and "r.json" in str(err.value)
+
+
+def test_host_report_versions_reach_the_cli_answer(built_index: Path, tmp_path: Path) -> None:
+    """`explain --host-report` reads the host's vLLM version against the cases' fixed_in (bot/versions.py),
+    even without the LLM: the aimv2 clash is fixed in 0.10.0 and the host runs 0.9.2."""
+    case = load_kb().by_id()["transformers-aimv2-config-clash"]
+    report = FleetReport(target="gpu-07", max_tier=1, duration_s=1.0, hosts=[
+        HostReport("gpu-07", checks=[CheckResult("python.vllm_install", "vLLM", "ok", "vllm 0.9.2",
+                                                 facts={"version": "0.9.2"})]),
+    ])
+    path = tmp_path / "report.json"
+    path.write_text(report.to_json(), encoding="utf-8")
+    log = tmp_path / "vllm.log"
+    log.write_text(case.examples[1].log, encoding="utf-8")  # the log itself names no version
+    proc = run_cli(["explain", str(log), "--no-llm", "--json", "--host-report", str(path)], built_index, tmp_path)
+    assert proc.returncode == 0, proc.stderr.decode()
+    match = next(m for m in json.loads(proc.stdout)["matches"] if m["case_id"] == case.id)
+    assert "fixed in vllm 0.10.0; host gpu-07 has 0.9.2 — upgrading is the fix" in match["notes"]

@@ -25,6 +25,7 @@ from runner_support import (
 )
 from sshd_support import require_sshd
 
+from bot.models import REPORTED_FACTS
 from bot.runner.audit import AuditLog
 
 pytestmark = pytest.mark.sshd
@@ -163,7 +164,10 @@ def test_json_shape_and_secrets(report):
     assert (kinds["gpu-down"], kinds["gpu-bad-login"], kinds["gpu-new-key"], kinds["gpu-healthy"]) == (
         "HostUnreachable", "AuthFailed", "HostKeyMismatch", None)
     check = data["hosts"][0]["checks"][0]
-    assert set(check) == {"id", "verdict", "message", "cases", "duration_s"}
+    assert set(check) - {"facts"} == {"id", "verdict", "message", "cases", "duration_s"}
+    # the only facts a JSON report carries are version strings (bot/models.py REPORTED_FACTS)
+    for c in (c for h in data["hosts"] for c in h["checks"] if "facts" in c):
+        assert set(c["facts"]) <= set(REPORTED_FACTS[c["id"]]) and all(isinstance(v, str) for v in c["facts"].values())
     assert {c["verdict"] for h in data["hosts"] for c in h["checks"]} <= {"ok", "warn", "fail", "error", "skipped", "timeout"}
     raw = report.raw_text()
     assert "hf_FAKEtestTOKEN" not in raw and "hf_FAKEtestTOKEN" not in report.to_json()

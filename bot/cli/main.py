@@ -164,13 +164,17 @@ def _run_jsonl(args: argparse.Namespace) -> int:
     return 0
 
 
-def _host_facts(path: str | None) -> list[str] | None:
-    """Facts from a `vllm-doctor diagnose HOST --json` report, for the LLM prompt."""
+def _host_facts(path: str | None) -> tuple[list[str] | None, dict[str, str], str]:
+    """From a `vllm-doctor diagnose HOST --json` report: its facts for the LLM prompt, and the versions the
+    hosts agree on (vLLM, torch, CUDA, driver, Python) with a label, read against the cases' fixed_in."""
     if path is None:
-        return None
+        return None, {}, ""
     from bot.runner.report import load_report
+    from bot.versions import report_versions
 
-    return load_report(path).facts_for_prompt().splitlines()
+    report = load_report(path)
+    label = report.hosts[0].host if len(report.hosts) == 1 else report.target
+    return report.facts_for_prompt().splitlines(), report_versions(report), label
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
@@ -178,14 +182,17 @@ def cmd_explain(args: argparse.Namespace) -> int:
         if args.host_report:
             raise UserInputError("--host-report explains one log; it does not apply to --jsonl batches")
         return _run_jsonl(args)
-    host_facts = _host_facts(args.host_report)  # a bad report fails before the (slower) diagnosis
+    # a bad report fails before the (slower) diagnosis
+    host_facts, versions, host_label = _host_facts(args.host_report)
     data = _read_input(args.file)
     pipeline = _pipeline()
     diagnosis, explanation = pipeline.explain_paste(data, host_facts=host_facts, language=args.lang,
-                                                    use_llm=not args.no_llm)
+                                                    use_llm=not args.no_llm, host_versions=versions,
+                                                    host_label=host_label)
     if explanation is None and host_facts is not None:
-        print("note: --host-report is only used by the LLM explanation, which is off "
-              f"({'--no-llm' if args.no_llm else 'VLLM_BASE_URL is not set'})", file=sys.stderr)
+        print("note: --host-report's findings are only used by the LLM explanation, which is off "
+              f"({'--no-llm' if args.no_llm else 'VLLM_BASE_URL is not set'}); its versions were used",
+              file=sys.stderr)
     from bot.explain.explainer import resolve_language
 
     lang = resolve_language(diagnosis, args.lang, pipeline.settings.llm_language)

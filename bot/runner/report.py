@@ -49,9 +49,13 @@ def report_from_dict(data: Any, source: str = "the report") -> FleetReport:
             cases = check.get("cases") or []
             if not isinstance(cases, list):
                 raise bad(f'{where}: "cases" must be a list of KB case ids')
-            checks.append(CheckResult(id=check["id"], title=check["id"], verdict=check["verdict"],
-                                      message=str(check.get("message") or ""), cases=[str(c) for c in cases],
-                                      duration_s=_seconds(check.get("duration_s"))))
+            raw_facts = check.get("facts")
+            facts: dict[str, Any] = raw_facts if isinstance(raw_facts, dict) else {}
+            result = CheckResult(id=check["id"], title=check["id"], verdict=check["verdict"],
+                                 message=str(check.get("message") or ""), cases=[str(c) for c in cases],
+                                 duration_s=_seconds(check.get("duration_s")), facts=dict(facts))
+            result.facts = result.version_facts()  # only the version facts a report may carry
+            checks.append(result)
         error, kind = item.get("error"), item.get("error_kind")
         hosts.append(HostReport(host=item["host"], error=str(error) if error else None,
                                 error_kind=str(kind) if error and kind else None, checks=checks,

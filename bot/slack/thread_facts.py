@@ -15,7 +15,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
-from bot.versions import host_versions
+from bot.versions import report_versions
 
 MAX_AGE_S = 24 * 3600
 
@@ -39,9 +39,8 @@ class ThreadHostFacts:
         if not checked:
             return None
         facts = report.facts_for_prompt(checked[0] if len(checked) == 1 else None).splitlines()
-        per_host = [host_versions((c.id, c.facts) for c in h.checks) for h in report.hosts if not h.error]
-        agreed = {k: v for k, v in per_host[0].items() if all(other.get(k) == v for other in per_host[1:])}
-        return cls(channel_id, thread_ts, report.target, tuple(checked), tuple(facts), versions=agreed)
+        return cls(channel_id, thread_ts, report.target, tuple(checked), tuple(facts),
+                   versions=report_versions(report))
 
     @property
     def label(self) -> str:
