@@ -396,11 +396,14 @@ class Matcher:
 
     @staticmethod
     def _earliest_cause(entries: list[_Entry], sig_hits: dict[str, list[SignatureHit]]) -> str | None:
-        """The strong cause whose fingerprint sits on the earliest error line (not an INFO/WARNING line)."""
+        """The strong cause whose fingerprint sits on the earliest error line (not an INFO/WARNING line, not a
+        traceback frame: a frame says where a failure passed, its exception line says what failed, so a
+        frame's fingerprint must not outrank the exception line of its own traceback)."""
         first: dict[str, int] = {}
         for e in entries:
             if e.strong and e.case.role == "cause":
-                lines = [h.line.line_no for h in sig_hits.get(e.case.id, []) if h.line.level not in _QUIET]
+                lines = [h.line.line_no for h in sig_hits.get(e.case.id, [])
+                         if h.line.level not in _QUIET and h.line.kind != "frame" and not _FRAME_TEXT.search(h.line.text)]
                 if lines:
                     first[e.case.id] = min(lines)
         if len(first) < 2:

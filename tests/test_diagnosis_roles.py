@@ -174,7 +174,7 @@ def test_two_failures_the_earliest_root_error_is_the_answer(doctor) -> None:
     first = KB.by_id()["kv-cache-no-memory"].examples[0].log
     second = KB.by_id()["cuda-reinit-forked-subprocess"].examples[0].log
     for a, b, expected in ((first, second, "kv-cache-no-memory"), (second, first, "cuda-reinit-forked-subprocess")):
-        d = doctor.diagnose(a + "\n" + b)
+        d = doctor.match(a + "\n" + b)
         ids = [m.case_id for m in d.matches]
         assert ids[0] == expected, ids
         assert {"kv-cache-no-memory", "cuda-reinit-forked-subprocess"} <= set(ids[:3])
