@@ -9,8 +9,11 @@ Needs the `vllm_server` session fixture (tests/vllm_support.py) and scripts/inst
 from __future__ import annotations
 
 import json
+import re
+import socket
 import threading
 import time
+from urllib.parse import urlsplit
 
 import pytest
 from llm_support import kb_cases, make_diagnosis
@@ -178,22 +181,63 @@ class _KillDuringChat(LLMClient):
         return super().chat(*args, **kwargs)
 
 
-class _KillAfterFirstDelta(LLMClient):
-    """The real streaming client; right after the first text delta arrives the server is frozen and
-    SIGKILLed, so the stream dies mid-answer however fast the random weights would have finished."""
+class _CutAfterFirstDelta:
+    """A TCP relay in front of the real server: it passes the request through, and the response up to the end
+    of the first SSE event that carries answer text; then it SIGKILLs the server, stops listening and drops the
+    connection. The client sees what a server dying mid-answer sends (a first delta, then a cut chunked body),
+    and no timing can let the whole answer through first (a SIGKILL after the first delta could: on a loaded
+    machine the random weights finished before the client had read its first chunk)."""
 
-    def __init__(self, server):
-        super().__init__(server.base_url)
+    _TEXT_DELTA = re.compile(rb'"content":\s*"[^"]')
+
+    def __init__(self, server) -> None:
         self.server = server
+        parts = urlsplit(server.base_url)
+        self.upstream = (parts.hostname, parts.port)
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.base_url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/v1"
+        self.cut = threading.Event()
+        threading.Thread(target=self._accept, daemon=True).start()
 
-    def chat_stream(self, *args, **kwargs):
-        killed = False
-        for item in super().chat_stream(*args, **kwargs):
-            yield item
-            if not killed:
-                killed = True
-                self.server.freeze()
-                self.server.kill()
+    def close(self) -> None:
+        self.sock.close()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.sock.accept()
+            except OSError:  # closed: after the cut, or at the end of the test
+                return
+            threading.Thread(target=self._relay, args=(client,), daemon=True).start()
+
+    @staticmethod
+    def _pump(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+
+    def _relay(self, client: socket.socket) -> None:
+        try:
+            with client, socket.create_connection(self.upstream) as upstream:
+                threading.Thread(target=self._pump, args=(client, upstream), daemon=True).start()
+                seen = b""
+                while data := upstream.recv(65536):
+                    seen += data
+                    hit = self._TEXT_DELTA.search(seen)
+                    end = seen.find(b"\n\n", hit.end()) if hit else -1
+                    if end == -1:
+                        client.sendall(data)
+                        continue
+                    client.sendall(data[: max(0, end + 2 - (len(seen) - len(data)))])
+                    self.server.kill()
+                    self.cut.set()
+                    self.sock.close()  # what follows meets a closed port: Connection refused
+                    client.shutdown(socket.SHUT_RDWR)
+                    return
+        except OSError:
+            pass
 
 
 @pytest.mark.slow
@@ -211,16 +255,23 @@ def test_server_killed_mid_request_then_circuit_opens(live):
 
         # 2. streaming request: killed after the first chunk
         live.start()
+        relay = _CutAfterFirstDelta(live)
         exp = Explainer(
-            _KillAfterFirstDelta(live), timeout_s=20, breaker=CircuitBreaker(failures=2, cooldown_s=60)
+            LLMClient(relay.base_url), timeout_s=20, breaker=CircuitBreaker(failures=2, cooldown_s=60)
         )
-        final = list(exp.stream(make_diagnosis(), kb_cases(*CASES)))[-1]
+        try:
+            final = list(exp.stream(make_diagnosis(), kb_cases(*CASES)))[-1]
+        finally:
+            relay.close()
+        assert relay.cut.is_set() and not live.is_running()  # the premise: it died after the first delta
         assert isinstance(final, Explanation) and final.source == "kb"
         assert "LLM unavailable" in final.note and "time limit" not in final.note, final.note
 
         # 3. server down: one more failure opens the circuit; then nothing is sent (latency: bench/)
         out = exp.explain(make_diagnosis(), kb_cases(*CASES))
-        assert "Connection refused" in out.note
+        # a connection failure, whichever way it shows: refused (new connection), reset or disconnected (the
+        # pooled connection whose relay lost the dead server)
+        assert out.note.startswith("LLM unavailable (cannot reach"), out.note
         assert exp.breaker.state == "open"
         out = exp.explain(make_diagnosis(), kb_cases(*CASES))
         assert out.note.startswith("LLM skipped")
