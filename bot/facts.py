@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import ast
 import re
-from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import fields
-from itertools import accumulate
 
 from bot.models import LogFacts
 from bot.redact import redact
+from indexer.literals import literal_set
 from indexer.text import clean_line, strip_ansi
 
 FactValue = str | int | float | bool
@@ -246,24 +245,13 @@ _KNOWN = {f.name for f in fields(LogFacts)}
 
 
 def read_facts(text: str) -> LogFacts:
-    """Facts stated in a decoded paste. Linear: each marker is found with str.find, at most
-    MAX_HITS_PER_MARKER times; only the lines holding one are cleaned and matched."""
+    """Facts stated in a decoded paste. Linear: all markers are found in one Aho-Corasick pass, each on at
+    most MAX_HITS_PER_MARKER lines; only the lines holding one are cleaned and matched."""
     if "\x1b" in text:
         text = strip_ansi(text)
     lower = text.lower()
     lines = text.split("\n")
-    offsets = list(accumulate((len(line) + 1 for line in lines), initial=0))
-    hits: dict[int, list[str]] = {}
-    for marker in _MARKERS:
-        pos = lower.find(marker)
-        seen = 0
-        while pos != -1 and seen < MAX_HITS_PER_MARKER:
-            idx = bisect_right(offsets, pos) - 1
-            hits.setdefault(idx, []).append(marker)
-            seen += 1
-            if idx + 1 >= len(lines):
-                break
-            pos = lower.find(marker, offsets[idx + 1])
+    hits = literal_set(_MARKERS).first_lines(lower, MAX_HITS_PER_MARKER)
     facts = _Facts()
     for idx in sorted(hits):
         line = clean_line(lines[idx].rstrip("\r")).strip()

@@ -5,8 +5,8 @@ text around it is kept, and for key/value pairs, headers and URLs the key, heade
 stay visible, because they help a reader understand the log.
 
 Speed and safety on large pastes (10 MB):
-- a pattern either begins with a literal (the engine then jumps between its occurrences) or has
-  literal trigger strings, and runs only if one of them occurs in the lower-cased text;
+- every rule names literal trigger strings, and runs only if one of them occurs in the lower-cased text;
+  one Aho-Corasick pass finds which occur (one pass instead of one scan per rule: 10 MB in ~0.05 s);
 - every quantifier is bounded, and where two could trade characters the first is possessive or atomic,
   so no pattern can backtrack catastrophically: the work per start position is bounded and the total is
   linear in the text length (tests/test_redact.py feeds hostile 2 MB inputs).
@@ -18,7 +18,10 @@ host names and IP addresses. They carry diagnostic value and are not credentials
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
+
+from indexer.literals import LiteralSet
 
 MARK = "[REDACTED:{kind}]"
 
@@ -31,23 +34,41 @@ class _Rule:
 
     kind: str
     pattern: re.Pattern[str]
-    # Lower-case literals; the rule is skipped when none occurs. Empty for patterns that begin with a
-    # literal: the regex engine finds those as fast as `in` would, so a pre-check only costs a scan.
+    # Lower-case literals, at least one of which every match contains; the rule is skipped when none
+    # occurs. All rules' triggers are found in one Aho-Corasick pass (indexer/literals.py).
     triggers: tuple[str, ...]
     keep_head: bool = False  # the named group "head" (key name, header, user) stays in front of the mark
     caseless: bool = False
     fallback: re.Pattern[str] | None = None  # IGNORECASE twin, for text whose lower() changes its length
+    # For a caseless pattern that begins with an alternation of words (a regex scan would try it at every
+    # position): the lower-case literals every match begins with. The pattern is then tried only where
+    # one occurs (found in one Aho-Corasick pass), which gives exactly finditer's matches, 10x faster.
+    starts: LiteralSet | None = None
+
+    def _matches(self, source: str, pattern: re.Pattern[str], anchored: bool) -> Iterator[re.Match[str]]:
+        if not anchored or self.starts is None:
+            yield from pattern.finditer(source)
+            return
+        end = 0
+        for pos in self.starts.positions(source):
+            if pos < end:
+                continue  # inside the previous match, as finditer would skip it
+            m = pattern.match(source, pos)
+            if m:
+                yield m
+                end = max(m.end(), pos + 1)
 
     def apply(self, text: str, lowered: str) -> tuple[str, int]:
         mark = MARK.format(kind=self.kind)
         source, pattern = (lowered, self.pattern) if self.caseless else (text, self.pattern)
+        anchored = True
         if self.caseless and len(lowered) != len(text):  # e.g. "İ".lower() is two characters
             assert self.fallback is not None
-            source, pattern = text, self.fallback
+            source, pattern, anchored = text, self.fallback, False
         pieces: list[str] = []
         last = 0
         count = 0
-        for m in pattern.finditer(source):
+        for m in self._matches(source, pattern, anchored):
             cut = m.end("head") if self.keep_head else m.start()
             # a removed span keeps its line breaks, so line numbers still point into the original paste
             pieces += [text[last:cut], mark, _line_breaks(text, cut, m.end())]
@@ -66,10 +87,25 @@ def _line_breaks(text: str, start: int, end: int) -> str:
 
 
 def _rule(
-    kind: str, pattern: str, triggers: tuple[str, ...], *, keep_head: bool = False, caseless: bool = False
+    kind: str,
+    pattern: str,
+    triggers: tuple[str, ...],
+    *,
+    keep_head: bool = False,
+    caseless: bool = False,
+    starts: tuple[str, ...] = (),
 ) -> _Rule:
     fallback = re.compile(pattern, re.IGNORECASE) if caseless else None
-    return _Rule(kind, re.compile(pattern), tuple(t.lower() for t in triggers), keep_head, caseless, fallback)
+    assert not starts or caseless, "start literals are found in the lower-cased text"
+    return _Rule(
+        kind,
+        re.compile(pattern),
+        tuple(t.lower() for t in triggers),
+        keep_head,
+        caseless,
+        fallback,
+        LiteralSet(starts) if starts else None,
+    )
 
 
 def _word_start(literal: str) -> str:
@@ -95,20 +131,28 @@ def _words(*words: str) -> str:
 
 
 # Words that end a secret-bearing key (compared lower-cased): HF_TOKEN, db_password, AccountKey, ...
-_SECRET_KEY_WORDS = _words(
+_SECRET_WORDS = (
     "password", "passwd", "passphrase", "secret", "token", "credential", "credentials",
     "apikey", "api_key", "api-key", "accesskey", "access_key", "secretkey", "secret_key",
     "privatekey", "private_key", "accountkey", "account_key", "authkey", "auth_key", "sharedkey",
     "subscription-key", "subscription_key", "subscriptionkey",
 )  # fmt: skip
+_SECRET_KEY_WORDS = _words(*_SECRET_WORDS)
+# Signature-bearing query parameters of presigned / SAS URLs
+_URL_CREDENTIAL_WORDS = (
+    "x-amz-signature", "x-amz-credential", "x-amz-security-token", "x-goog-signature", "x-goog-credential",
+    "sig", "signature", "access_token", "id_token", "refresh_token", "token", "api_key", "apikey", "key",
+    "password", "client_secret",
+)  # fmt: skip
 
 _RULES: tuple[_Rule, ...] = (
     # --- blocks and structured carriers first, so the token rules below see only what remains ----------
     # (PEM private keys are handled line by line before these rules: _redact_pem_blocks)
-    # scheme://user:password@host → keep the user name and host, drop the password
+    # scheme://user:password@host → keep the user name and host, drop the password (not a mark already
+    # written by url-userinfo: "://[REDACTED:url-userinfo]@" must stay as it is when redacted twice)
     _rule(
         "url-password",
-        r"(?P<head>://[^\s:/@'\"<>]{0,256}+:)(?P<pw>[^\s/@'\"<>]{1,512})(?=@)",
+        r"(?P<head>://(?!\[REDACTED:)[^\s:/@'\"<>]{0,256}+:)(?P<pw>[^\s/@'\"<>]{1,512})(?=@)",
         ("://",),
         keep_head=True,
     ),
@@ -162,31 +206,46 @@ _RULES: tuple[_Rule, ...] = (
         caseless=True,
     ),
     # --- vendor token shapes (prefix + body) --------------------------------------------------------
-    _rule("hf-token", _word_start("hf_") + r"[A-Za-z0-9]{30,64}\b", ()),
-    _rule("hf-token", _word_start("api_org_") + r"[A-Za-z0-9]{30,64}\b", ()),
-    _rule("anthropic-key", _word_start("sk-ant-") + r"(?:api|admin|sid)\d{2}-[A-Za-z0-9_-]{20,256}", ()),
-    _rule("openai-key", _word_start("sk-") + r"(?:proj-|svcacct-|admin-|None-)?[A-Za-z0-9_-]{20,256}", ()),
-    _rule("stripe-key", r"_(?:live|test)_(?<=\b[spr]k_live_|\b[spr]k_test_)[A-Za-z0-9]{16,128}\b", ()),
-    _rule("slack-token", _word_start("xox") + r"(?:[abposr]|e\.xox[bp]|e)-[A-Za-z0-9-]{10,256}", ()),
-    _rule("slack-token", _word_start("xapp-") + r"\d-[A-Za-z0-9-]{10,256}", ()),
-    _rule("nvidia-api-key", _word_start("nvapi-") + r"[A-Za-z0-9_-]{20,128}", ()),
-    _rule("github-token", _word_start("gh") + r"[pousr]_[A-Za-z0-9]{36,255}\b", ()),
-    _rule("github-token", _word_start("github_pat_") + r"[A-Za-z0-9_]{22,255}\b", ()),
-    _rule("gitlab-token", _word_start("gl") + r"(?:pat|dt|rt|ptt|cbt|soat)-[A-Za-z0-9_-]{20,64}\b", ()),
+    _rule("hf-token", _word_start("hf_") + r"[A-Za-z0-9]{30,64}\b", ("hf_",)),
+    _rule("hf-token", _word_start("api_org_") + r"[A-Za-z0-9]{30,64}\b", ("api_org_",)),
+    _rule("anthropic-key", _word_start("sk-ant-") + r"(?:api|admin|sid)\d{2}-[A-Za-z0-9_-]{20,256}", ("sk-ant-",)),
+    _rule("openai-key", _word_start("sk-") + r"(?:proj-|svcacct-|admin-|None-)?[A-Za-z0-9_-]{20,256}", ("sk-",)),
     _rule(
-        "aws-access-key", _word_start("A") + r"(?:KIA|SIA|GPA|IDA|ROA|IPA|NPA|NVA|BIA|CCA)[A-Z0-9]{16}\b", ()
+        "stripe-key", r"_(?:live|test)_(?<=\b[spr]k_live_|\b[spr]k_test_)[A-Za-z0-9]{16,128}\b", ("_live_", "_test_")
     ),
-    _rule("gcp-api-key", _word_start("AIza") + r"[0-9A-Za-z_-]{35}", ()),
-    _rule("gcp-oauth-token", _word_start("ya29.") + r"[0-9A-Za-z_-]{20,2048}", ()),
-    _rule("npm-token", _word_start("npm_") + r"[A-Za-z0-9]{36}\b", ()),
-    _rule("pypi-token", _word_start("pypi-AgE") + r"[A-Za-z0-9_-]{50,2048}", ()),
-    _rule("docker-token", _word_start("dckr_pat_") + r"[A-Za-z0-9_-]{20,128}", ()),
-    _rule("databricks-token", _word_start("dapi") + r"[0-9a-f]{32}(?:-\d)?\b", ()),
-    _rule("replicate-token", _word_start("r8_") + r"[A-Za-z0-9]{37}\b", ()),
-    _rule("groq-key", _word_start("gsk_") + r"[A-Za-z0-9]{40,64}\b", ()),
-    _rule("sendgrid-key", _word_start("SG.") + r"[A-Za-z0-9_-]{22}\.[A-Za-z0-9_-]{43}\b", ()),
+    _rule("slack-token", _word_start("xox") + r"(?:[abposr]|e\.xox[bp]|e)-[A-Za-z0-9-]{10,256}", ("xox",)),
+    _rule("slack-token", _word_start("xapp-") + r"\d-[A-Za-z0-9-]{10,256}", ("xapp-",)),
+    _rule("nvidia-api-key", _word_start("nvapi-") + r"[A-Za-z0-9_-]{20,128}", ("nvapi-",)),
+    _rule(
+        "github-token", _word_start("gh") + r"[pousr]_[A-Za-z0-9]{36,255}\b", ("ghp_", "gho_", "ghu_", "ghs_", "ghr_")
+    ),
+    _rule("github-token", _word_start("github_pat_") + r"[A-Za-z0-9_]{22,255}\b", ("github_pat_",)),
+    _rule(
+        "gitlab-token",
+        _word_start("gl") + r"(?:pat|dt|rt|ptt|cbt|soat)-[A-Za-z0-9_-]{20,64}\b",
+        ("glpat-", "gldt-", "glrt-", "glptt-", "glcbt-", "glsoat-"),
+    ),
+    _rule(
+        "aws-access-key",
+        _word_start("A") + r"(?:KIA|SIA|GPA|IDA|ROA|IPA|NPA|NVA|BIA|CCA)[A-Z0-9]{16}\b",
+        ("akia", "asia", "agpa", "aida", "aroa", "aipa", "anpa", "anva", "abia", "acca"),
+    ),
+    _rule("gcp-api-key", _word_start("AIza") + r"[0-9A-Za-z_-]{35}", ("aiza",)),
+    _rule("gcp-oauth-token", _word_start("ya29.") + r"[0-9A-Za-z_-]{20,2048}", ("ya29.",)),
+    _rule("npm-token", _word_start("npm_") + r"[A-Za-z0-9]{36}\b", ("npm_",)),
+    _rule("pypi-token", _word_start("pypi-AgE") + r"[A-Za-z0-9_-]{50,2048}", ("pypi-age",)),
+    _rule("docker-token", _word_start("dckr_pat_") + r"[A-Za-z0-9_-]{20,128}", ("dckr_pat_",)),
+    _rule("databricks-token", _word_start("dapi") + r"[0-9a-f]{32}(?:-\d)?\b", ("dapi",)),
+    _rule("replicate-token", _word_start("r8_") + r"[A-Za-z0-9]{37}\b", ("r8_",)),
+    _rule("groq-key", _word_start("gsk_") + r"[A-Za-z0-9]{40,64}\b", ("gsk_",)),
+    _rule("sendgrid-key", _word_start("SG.") + r"[A-Za-z0-9_-]{22}\.[A-Za-z0-9_-]{43}\b", ("sg.",)),
     # bot id (public) stays, the secret after the colon goes; anchored on the literal ":AA" for speed
-    _rule("telegram-bot-token", r"(?P<head>:)AA(?<=[0-9]{8}:AA)[A-Za-z0-9_-]{33}(?![A-Za-z0-9_-])", (), keep_head=True),
+    _rule(
+        "telegram-bot-token",
+        r"(?P<head>:)AA(?<=[0-9]{8}:AA)[A-Za-z0-9_-]{33}(?![A-Za-z0-9_-])",
+        (":aa",),
+        keep_head=True,
+    ),
     _rule(
         "jwt",
         _word_start("eyJ") + r"[A-Za-z0-9_-]{8,4096}\.eyJ[A-Za-z0-9_-]{8,8192}\.[A-Za-z0-9_-]{0,4096}",
@@ -195,19 +254,16 @@ _RULES: tuple[_Rule, ...] = (
     # presigned / SAS URLs: signature-bearing query parameters
     _rule(
         "url-credential",
-        r"(?P<head>[?&](?:x-amz-signature|x-amz-credential|x-amz-security-token|x-goog-signature|x-goog-credential"
-        r"|sig|signature|access_token|id_token|refresh_token|token|api_key|apikey|key|password|client_secret)=)"
-        r"[^\s&#'\"<>]{4,2048}",
+        r"(?P<head>[?&]" + _words(*_URL_CREDENTIAL_WORDS) + r"=)[^\s&#'\"<>]{4,2048}",
         ("?", "&"),
         keep_head=True,
         caseless=True,
+        starts=tuple(sep + word + "=" for sep in "?&" for word in _URL_CREDENTIAL_WORDS),
     ),
     # AWS secret access key: 40 base64 characters, recognised by the key name in front
     _rule(
         "aws-secret-key",
-        r"(?P<head>(?:aws_?secret_?(?:access_?)?key|secretaccesskey)"
-        + _SEP
-        + r")[a-z0-9/+=]{40}(?![a-z0-9/+=])",
+        r"(?P<head>(?:aws_?secret_?(?:access_?)?key|secretaccesskey)" + _SEP + r")[a-z0-9/+=]{40}(?![a-z0-9/+=])",
         ("secret",),
         keep_head=True,
         caseless=True,
@@ -226,9 +282,12 @@ _RULES: tuple[_Rule, ...] = (
         ("pass", "secret", "token", "key", "credential"),
         keep_head=True,
         caseless=True,
+        starts=_SECRET_WORDS,
     ),
 )
 
+
+_TRIGGERS = LiteralSet(tuple(t for rule in _RULES for t in rule.triggers))
 
 _PEM_BEGIN = re.compile(r"-----BEGIN[A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----")
 _PEM_END = re.compile(r"-----END[A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----")
@@ -259,13 +318,13 @@ def _redact_pem_blocks(text: str) -> tuple[str, int]:
             pos = 0
             body_left = 0
             while begin is not None:  # one line may hold several blocks (escaped newlines in JSON)
-                pieces += [line[pos:begin.start()], mark]
+                pieces += [line[pos : begin.start()], mark]
                 count += 1
                 end = _PEM_END.search(line, begin.end())
                 if end is None:
                     # the block goes on below only when nothing came after BEGIN; otherwise (a one-line
                     # value cut short) the rest of this line was the key
-                    rest = line[begin.end():]
+                    rest = line[begin.end() :]
                     body_left = 0 if rest.strip(" \t\"',") else _PEM_MAX_LINES
                     pos = len(line)
                     break
@@ -277,7 +336,7 @@ def _redact_pem_blocks(text: str) -> tuple[str, int]:
             continue
         end = _PEM_END.search(line) if "PRIVATE KEY" in line else None
         if end is not None:
-            lines[i] = _PEM_BODY.sub("", line[: end.start()]) + mark + line[end.end():]
+            lines[i] = _PEM_BODY.sub("", line[: end.start()]) + mark + line[end.end() :]
             body_left = 0
             continue
         body = _PEM_BODY.search(line)
@@ -295,13 +354,15 @@ def redact_with_count(text: str) -> tuple[str, int]:
         return text, 0
     text, total = _redact_pem_blocks(text)
     lowered = text.lower()
+    present = _TRIGGERS.present(lowered)
     for rule in _RULES:
-        if rule.triggers and not any(t in lowered for t in rule.triggers):
+        if not present.intersection(rule.triggers):
             continue
         text, n = rule.apply(text, lowered)
         if n:
             total += n
             lowered = text.lower()
+            present = _TRIGGERS.present(lowered)  # a mark may add or remove a later rule's trigger
     return text, total
 
 

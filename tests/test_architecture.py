@@ -30,6 +30,7 @@ HEAVY = {
     "psycopg_pool": "bot/storage/postgres.py",
     "prometheus_client": "bot/ops/metrics.py",
     "matplotlib": "bot/pictures.py",
+    "ahocorasick_rs": "indexer/literals.py",
 }
 EVAL_HARNESS = ("bot.evaluate", "bot.eval_tuning", "bot.eval_variants", "bot.question_eval")
 LAYERS = ("kb", "indexer", "stages", "pipeline", "eval harness", "edges")

@@ -81,12 +81,7 @@ CORPUS: list[tuple[str, str, str]] = [
     (
         "slack webhook",
         "alert sent to {s} ok",
-        "https://hooks.slack.com/services/T"
-        + rand(8, UPPER_DIGITS)
-        + "/B"
-        + rand(10, UPPER_DIGITS)
-        + "/"
-        + rand(24),
+        "https://hooks.slack.com/services/T" + rand(8, UPPER_DIGITS) + "/B" + rand(10, UPPER_DIGITS) + "/" + rand(24),
     ),
     ("aws access key id", "aws_access_key_id = {s}", "AKIA" + rand(16, UPPER_DIGITS)),
     ("aws session key id", "credentials {s} expired", "ASIA" + rand(16, UPPER_DIGITS)),
@@ -154,6 +149,10 @@ CORPUS: list[tuple[str, str, str]] = [
         "pasted:\n{s}",
         "-----BEGIN " + "PRIVATE KEY-----\n" + rand(64, B64) + "\n" + rand(40, B64),
     ),
+    ("sentry dsn", "export SENTRY_DSN=https://{s}@o1.ingest.sentry.io/2", rand(32, HEX)),
+    ("wandb login", "$ wandb login --relogin {s}", rand(40, HEX)),
+    ("docker config auth", '{"auths": {"nvcr.io": {"auth": "{s}"}}}', rand(48, B64)),
+    ("nvidia api key", "NGC key is {s} (keep it safe)", "nvapi-" + rand(64, URLSAFE)),
 ]
 
 
@@ -187,9 +186,7 @@ def test_no_secret_fragment_survives():
         body = secret.split("\n")[1] if secret.startswith("-----") else secret
         for i in range(0, max(1, len(body) - 12), 6):
             frag = body[i : i + 12]
-            if len(frag) == 12 and not frag.startswith(
-                ("https://hooks", "session=", "-----", "pypi-AgEIcHlwa")
-            ):
+            if len(frag) == 12 and not frag.startswith(("https://hooks", "session=", "-----", "pypi-AgEIcHlwa")):
                 assert frag not in out, (frag, secret)
 
 
@@ -300,9 +297,7 @@ def test_text_whose_lowercase_changes_length_is_still_redacted():
     secret = rand(24)
     out = redact(f"İstanbul cluster PASSWORD={secret} Authorization: Bearer {secret}x")
     assert secret not in out
-    assert out.startswith(
-        "İstanbul cluster PASSWORD=[REDACTED:secret-assignment] Authorization: Bearer [REDACTED:"
-    )
+    assert out.startswith("İstanbul cluster PASSWORD=[REDACTED:secret-assignment] Authorization: Bearer [REDACTED:")
 
 
 def test_mixed_case_keys_and_headers():
@@ -316,3 +311,22 @@ def test_mixed_case_keys_and_headers():
         out = redact(text)
         assert secret not in out, out
         assert out.startswith(text.split(secret)[0])
+
+
+def test_every_rule_fires_on_the_corpus_and_its_matches_hold_a_trigger():
+    """Rules run only when one of their triggers occurs (one Aho-Corasick pass): a trigger list that
+    misses a spelling would silently let that secret through, so each match must contain a trigger."""
+    from bot.redact import _RULES
+
+    fired = set()
+    for _, template, secret in CORPUS:
+        text = template.replace("{s}", secret)
+        lowered = text.lower()
+        for i, rule in enumerate(_RULES):
+            source = lowered if rule.caseless else text
+            for m in rule.pattern.finditer(source):
+                fired.add(i)
+                span = lowered[m.start() : m.end()]
+                assert any(t in span for t in rule.triggers), (rule.kind, span)
+    silent = [rule.kind for i, rule in enumerate(_RULES) if i not in fired]
+    assert not silent, f"rules no corpus entry exercises: {silent}"
