@@ -68,12 +68,17 @@ def test_host_versions_reach_the_answer_and_the_log_wins_over_the_host(doctor) -
 
 
 def test_affects_range_on_the_real_gemma2_case() -> None:
-    case = KB.by_id()["gemma2-softcap-needs-flashinfer"]  # affects {vllm: ">=0.5.1,<0.6"}
-    inside = check_case(case.affects, case.fixed_in, known_versions(LogFacts(vllm_version="0.5.3.post1")))
-    assert inside.note == "known in vllm >=0.5.1,<0.6; this log shows 0.5.3.post1, inside that range"
+    # affects {vllm: ">=0.5.1,<0.5.4"}, fixed_in {vllm: "0.5.4"} (PR 7022; read from the released wheels)
+    case = KB.by_id()["gemma2-softcap-needs-flashinfer"]
+    inside = check_case(case.affects, {}, known_versions(LogFacts(vllm_version="0.5.3.post1")))
+    assert inside.note == "known in vllm >=0.5.1,<0.5.4; this log shows 0.5.3.post1, inside that range"
     assert not inside.superseded
-    outside = check_case(case.affects, case.fixed_in, known_versions(LogFacts(vllm_version="0.6.4")))
+    outside = check_case(case.affects, {}, known_versions(LogFacts(vllm_version="0.6.4")))
     assert outside.superseded and "outside that range" in (outside.note or "")
+    # with both fields, fixed_in speaks first: it says what to do
+    both = check_case(case.affects, case.fixed_in, known_versions(LogFacts(vllm_version="0.5.3.post1")))
+    assert both.note == "fixed in vllm 0.5.4; this log shows 0.5.3.post1 — upgrading is the fix"
+    assert not both.superseded
 
 
 def _host(name: str, vllm: str, torch: str) -> HostReport:
