@@ -158,11 +158,15 @@ def test_noisy_variant_buries_the_log_in_300_to_1200_lines_with_real_warnings(no
     assert len(set(sizes)) > 1
 
 
-def test_truncated_variant_cuts_before_the_last_exception_line() -> None:
-    log = "INFO start\nTraceback (most recent call last):\n  File \"a.py\", line 1, in f\nRuntimeError: x\nValueError: y"
-    assert truncate(log) == "INFO start\nTraceback (most recent call last):\n  File \"a.py\", line 1, in f\nRuntimeError: x"
-    assert truncate("ValueError: only the error") is None
+def test_truncated_variant_cuts_before_the_exception_line_of_the_last_traceback() -> None:
+    tb = 'INFO start\nTraceback (most recent call last):\n  File "a.py", line 1, in f\n    raise RuntimeError(x)\n'
+    assert truncate(tb + "RuntimeError: x\nINFO shutting down") == tb.rstrip("\n")  # frames and code line remain
+    # Behind a logger prefix and caret marks; a wrapper name without "Error" still closes the traceback.
+    prefixed = 'ERROR 01-12 08:36:38 [core.py:390]   File "b.py", line 2, in g\nERROR 01-12 08:36:38 [core.py:390]     f()\n[rank0]:  ^^^^\n'
+    assert truncate(prefixed + "ERROR 01-12 08:36:38 [core.py:390] torch._dynamo.exc.BackendCompilerFailed: x") == prefixed.rstrip("\n")
+    assert truncate("ValueError: only the error") is None  # no frame: nothing would be left to diagnose from
     assert truncate("no exception here") is None
+    assert truncate(tb) is None  # already cut inside its traceback: that is a clean log already
 
 
 def test_two_failures_pairs_a_different_cause_from_another_repository() -> None:
