@@ -343,9 +343,17 @@ class Matcher:
                 parts["fact_rule"] = 1.0
             # A signature (or proven rule) of a cause is the strongest evidence; an advisory counts as
             # one only when nothing else in the paste crashed.
-            strong = bool(hits or case_id in proven) and (
+            # A hint printed at start-up (INFO/WARNING) by every such deployment proves the setting, not that the
+            # paste is about it: on its own it is never a confident answer.
+            startup_hint = (
+                case.role == "advisory" and bool(hits) and case_id not in proven
+                and all(h.line.level in _QUIET for h in hits)
+            )
+            strong = bool(hits or case_id in proven) and not startup_hint and (
                 case.role == "cause" or (case.role == "advisory" and (not unexplained or case_id in proven))
             )
+            if startup_hint:
+                score = min(score, self.thresholds.match - 0.01)
             notes: list[str] = []
             version = check_case(case.affects, case.fixed_in, known, distilled.language)  # bot/versions.py
             if version.note:

@@ -178,3 +178,12 @@ def test_two_failures_the_earliest_root_error_is_the_answer(doctor) -> None:
         ids = [m.case_id for m in d.matches]
         assert ids[0] == expected, ids
         assert {"kv-cache-no-memory", "cuda-reinit-forked-subprocess"} <= set(ids[:3])
+
+
+def test_a_start_up_hint_alone_is_never_a_confident_answer(doctor) -> None:
+    hint = ("INFO 10-01 12:00:00 model_runner.py:1000] To see benefits of async output processing, enable CUDA graph. "
+            "Since, enforce-eager is enabled, async output processor cannot be used")
+    d = doctor.match(hint + "\nthe server answers, but what is wrong with my deployment?")
+    assert "enforce-eager-cuda-graphs-off" in [m.case_id for m in d.matches[:3]]
+    assert d.verdict != "match", d.matches[0]
+
