@@ -187,3 +187,11 @@ def test_a_start_up_hint_alone_is_never_a_confident_answer(doctor) -> None:
     assert "enforce-eager-cuda-graphs-off" in [m.case_id for m in d.matches[:3]]
     assert d.verdict != "match", d.matches[0]
 
+
+def test_a_fingerprint_after_an_unexplained_earlier_traceback_is_not_confident(doctor) -> None:
+    later = KB.by_id()["kv-cache-no-memory"].examples[0].log
+    d = doctor.match(UNCOVERED_CRASH + "\n" + later)
+    assert d.matches[0].case_id == "kv-cache-no-memory" and d.verdict != "match"
+    assert any("two failures" in n and "line 4" in n for n in d.notes), d.notes
+    alone = doctor.match(later + "\n" + UNCOVERED_CRASH)  # the fingerprint comes first: it is the answer
+    assert alone.matches[0].case_id == "kv-cache-no-memory" and alone.verdict == "match"
