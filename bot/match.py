@@ -446,7 +446,8 @@ class Matcher:
             (r for r in distilled.root_errors
              if r.line_no < first_hit and r.line_no not in hit_lines and r.level not in _QUIET
              and r.kind != "frame" and not _FRAME_TEXT.search(r.text)
-             and any(r.line_no - k in frame_lines for k in (1, 2, 3))),  # it closes a traceback
+             # it closes a traceback, or names an exception itself
+             and (any(r.line_no - k in frame_lines for k in (1, 2, 3)) or bool(_EXCEPTION_TEXT.search(r.text)))),
             None,
         )
         if earlier is None:
