@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections import deque
+from collections.abc import Sequence
 from itertools import islice
 
 from bot.models import Distilled, LogLevel, LogLine
@@ -37,6 +38,7 @@ _KEYWORDS = (
     "socket", "interface", "fallen off", "nvrm", "last error", "not responding", "overflow", "illegal",
     "不", "错", "失败", "异常",
 )
+_FRAME_KEYWORDS = ('file "',)  # traceback frames, also those of a paste that starts inside a traceback
 _TRACEBACK_START = re.compile(r"Traceback \(most recent call last\)")
 _FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+), in (\S+)')
 _EXCEPTION_LINE = re.compile(
@@ -52,6 +54,8 @@ _LEVEL_ERROR = re.compile(r"^\S*\s*(?:ERROR|CRITICAL)\b")
 _CHAINED = re.compile(r"^(?:The above exception was the direct cause|During handling of the above exception)")
 _ERROR_WORD = re.compile(r"(?i)\b(?:error|errors|failed|failure|fatal|refused|denied|not found|unable to)\b")
 _CJK = re.compile(r"[\u4e00-\u9fff]")
+_QUIET = ("info", "debug", "warning")
+_PY_WARNING = re.compile(r"^(?:\S+:\d+: [A-Z]\w*Warning: |warnings\.warn\(|\[W\d{3,4} )")
 
 
 def _level(raw: str, stripped: str) -> LogLevel:
@@ -60,6 +64,8 @@ def _level(raw: str, stripped: str) -> LogLevel:
     prefix = raw[:i] if i > 0 else ""
     if stripped.startswith("NCCL INFO") or "] NCCL INFO " in raw[:120]:  # NCCL_DEBUG=INFO chatter
         return "info"
+    if _PY_WARNING.search(stripped):  # Python's warnings module and c10's "[W…]" lines: warnings, whatever the prefix
+        return "warning"
     if not prefix:
         return ""
     if "INFO" in prefix:
@@ -104,7 +110,7 @@ def distill(paste: Paste | str, notes: tuple[str, ...] = (), keywords: tuple[str
     if "\r" in text:
         text = text.replace("\r\n", "\n").replace("\r", "\n")
     lines = text.split("\n")
-    interesting = _interesting_lines(text.lower(), keywords)
+    interesting = _interesting_lines(text.lower(), (*keywords, *_FRAME_KEYWORDS))
     cjk = sum(1 for _ in islice(_CJK.finditer(text), 6))
 
     seen: set[str] = set()  # masked text of lines already kept (folds ranks / repeats)
@@ -115,6 +121,7 @@ def distill(paste: Paste | str, notes: tuple[str, ...] = (), keywords: tuple[str
     candidates: deque[LogLine] = deque(maxlen=MAX_CANDIDATES)
     head_candidates: list[LogLine] = []  # the first lines are kept too: the root error is often early
     dangling_frames: list[LogLine] = []
+    loose_frames: list[LogLine] = []
     truncated = False
     next_free = 0  # lines before this index were consumed by a traceback walk
 
@@ -160,6 +167,12 @@ def distill(paste: Paste | str, notes: tuple[str, ...] = (), keywords: tuple[str
         if key in seen or _CHAINED.match(stripped):
             continue
         seen.add(key)
+        if _FRAME.match(cleaned.lstrip()):
+            # A frame outside a traceback we walked (the paste starts inside one): a frame all the same.
+            frame = LogLine(idx + 1, cleaned, "frame")
+            loose_frames.append(frame)
+            _keep(candidates, head_candidates, frame)
+            continue
         level = _level(raw, stripped)
         if BOILERPLATE_RE.search(stripped):  # visible to signatures, but not evidence or query
             _keep(candidates, head_candidates, LogLine(idx + 1, stripped, "context", level))
@@ -177,18 +190,21 @@ def distill(paste: Paste | str, notes: tuple[str, ...] = (), keywords: tuple[str
         line = LogLine(idx + 1, stripped, "root" if is_root else "context", level)
         (roots if is_root else context).append(line)
         _keep(candidates, head_candidates, line)
+        if is_root and loose_frames:  # the error line those frames led to
+            frames_for_root.setdefault(line.line_no, loose_frames[-FRAMES_PER_TRACEBACK * 2:])
+            loose_frames = []
 
-    if dangling_frames:  # a traceback cut before its exception line: its last frames are evidence
-        context.extend(dangling_frames)
-
-    evidence = _select_evidence(roots, frames_for_root, context or info_context[-10:], lines)
+    dangling_frames.extend(loose_frames)  # frames no error line followed
+    # A traceback cut before its exception line: its last frames are the evidence that is left, wherever they
+    # sit relative to the other error lines.
+    evidence = _select_evidence(roots, frames_for_root, context or info_context[-10:], lines, dangling_frames)
     by_line = {c.line_no: c for c in (*head_candidates, *candidates)}
     cleaned_all = tuple(sorted(by_line.values(), key=lambda c: c.line_no)) or evidence
     root_errors = tuple(_limit_roots(roots))
     return Distilled(
         evidence=evidence,
         root_errors=root_errors,
-        query=_build_query(root_errors, evidence),
+        query=_build_query(root_errors, evidence, dangling_frames),
         total_lines=len(lines),
         total_bytes=total_bytes,
         language="zh" if cjk >= 6 else "en",
@@ -270,9 +286,13 @@ def _limit_roots(roots: list[LogLine]) -> list[LogLine]:
 
 
 def _select_evidence(
-    roots: list[LogLine], frames_for_root: dict[int, list[LogLine]], context: list[LogLine], lines: list[str]
+    roots: list[LogLine],
+    frames_for_root: dict[int, list[LogLine]],
+    context: list[LogLine],
+    lines: list[str],
+    dangling: Sequence[LogLine] = (),
 ) -> tuple[LogLine, ...]:
-    chosen: dict[int, LogLine] = {}
+    chosen: dict[int, LogLine] = {f.line_no: f for f in dangling[-FRAMES_PER_TRACEBACK * 2:]}
     for root in _limit_roots(roots):
         chosen[root.line_no] = root
         for frame in frames_for_root.get(root.line_no, [])[-FRAMES_PER_TRACEBACK * 2:]:
@@ -285,8 +305,10 @@ def _select_evidence(
             near = [c for c in context if any(0 < a - c.line_no <= CONTEXT_WINDOW for a in anchors)]
             for c in near[-room:]:
                 chosen.setdefault(c.line_no, c)
-        else:  # no error line at all (warnings, slowness): the last interesting lines
-            for c in context[-min(room, 20):]:
+        else:  # no error line at all (warnings, slowness): the last interesting lines, logger warnings last
+            loud = [c for c in context if c.level not in _QUIET]
+            quiet = [c for c in context if c.level in _QUIET]
+            for c in [*loud[-min(room, 20):], *quiet][: min(room, 20)]:
                 chosen.setdefault(c.line_no, c)
     if not chosen:  # nothing looked like an error: keep the last lines so the user sees what we saw
         tail = [(i + 1, clean_line(raw).strip()) for i, raw in enumerate(lines) if raw.strip()][-20:]
@@ -296,18 +318,42 @@ def _select_evidence(
     return tuple(sorted(chosen.values(), key=lambda c: c.line_no)[:MAX_EVIDENCE])
 
 
-def _build_query(roots: tuple[LogLine, ...], evidence: tuple[LogLine, ...]) -> str:
-    """Masked query: root errors first (the dense encoder reads ~256 tokens), then frames and context."""
+_INSTALL_ROOTS = ("site-packages/", "dist-packages/")
+_PACKAGES = ("/vllm/", "/torch/", "/transformers/", "/ray/", "/triton/")
+
+
+def _frame_words(path: str, function: str, with_module: bool) -> str:
+    """A frame as query words: file and function, and, for a traceback that lost its exception line, the
+    module path below the install root (vllm v1 worker gpu_model_runner), the best clue left to what failed."""
+    path = path.replace("\\", "/")
+    if with_module and path.endswith(".py"):
+        cut = max((path.rfind(r) + len(r) for r in _INSTALL_ROOTS if r in path), default=-1)
+        if cut < 0:
+            cut = max((path.rfind(p) + 1 for p in _PACKAGES if p in path), default=-1)
+        if cut >= 0:
+            return f"{path[cut:-3].replace('/', ' ')} {function}"
+    return f"{path.rsplit('/', 1)[-1]} {function}"
+
+
+def _build_query(roots: tuple[LogLine, ...], evidence: tuple[LogLine, ...], dangling: Sequence[LogLine] = ()) -> str:
+    """Masked query: root errors first (the dense encoder reads ~256 tokens), then frames and context. The
+    last frames of a cut traceback come right after the errors, innermost first: they are what is left of
+    the failure."""
     parts: list[str] = []
     seen: set[str] = set()
     # Errors before warnings: the encoder reads only the start, and start-up warnings that mention "error"
     # or "unsupported" must not push the crash out of it.
-    ordered = [r for r in roots if r.level != "warning"] + [r for r in roots if r.level == "warning"]
-    for line in (*ordered, *evidence):
+    # Logger warnings (ordinary start-up output: the enforce-eager hint, FP8 scales) come after everything else.
+    ordered = [r for r in roots if r.level != "warning"]
+    cut = list(reversed(dangling[-FRAMES_PER_TRACEBACK * 2:]))
+    cut_lines = {f.line_no for f in cut}
+    loud = [e for e in evidence if e.level not in _QUIET]
+    quiet = [r for r in roots if r.level == "warning"] + [e for e in evidence if e.level in _QUIET]
+    for line in (*ordered, *cut, *loud, *quiet):
         text = line.text
         m = _FRAME.match(text)
         if m:  # a frame contributes its module and function names, not the path noise
-            text = f"{m.group(1).rsplit('/', 1)[-1]} {m.group(3)}"
+            text = _frame_words(m.group(1), m.group(3), line.line_no in cut_lines)
         masked = mask(text)
         if masked and masked not in seen:
             seen.add(masked)

@@ -26,7 +26,7 @@ GRID: tuple[tuple[str, tuple[float, ...]], ...] = (
     ("retrieval_scale", (0.65, 0.75, 0.85, 0.95)),
     ("signature_root", (0.70, 0.75, 0.80, 0.85, 0.90)),
     ("signature_other", (0.60, 0.66, 0.72, 0.78)),
-    ("signature_secondary", (0.45, 0.55, 0.65)),
+    ("signature_symptom", (0.45, 0.55, 0.65)),
 )
 SEARCH_PASSES = 2
 METRIC_NAMES = ("top1", "top3", "confident_wrong", "abstain_uncovered", "match_covered")

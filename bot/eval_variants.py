@@ -3,7 +3,9 @@
 Each variant is built deterministically from the log (seeded by its id), so two runs score the same pastes:
   noisy         the log buried in 300-1,200 lines of ordinary vLLM start-up output, with real start-up
                 warnings (enforce-eager hint, FP8 scaling factors, tokenizer, deprecation, NCCL INFO) mixed in
-  truncated     the paste cut just before its last exception line (Slack truncation, copying the top only)
+  truncated     the paste cut just before the exception line that closes its last traceback, so the frames
+                remain (Slack truncation, copying the top only); only logs whose traceback has such a line
+                (a log already cut inside its traceback is a truncated paste of the clean set)
   two-failures  the log followed by another, unrelated failure: the earliest root error is the answer
 """
 
@@ -16,6 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from indexer.text import clean_line
+
 NOISE_MIN_LINES, NOISE_MAX_LINES = 300, 1200
 NOISE_TAIL_LINES = 20
 WARNINGS_PER_PASTE = (6, 12)
@@ -25,7 +29,15 @@ WARNINGS_PER_PASTE = (6, 12)
 _EXCEPTION_LINE = re.compile(
     r"(?:^|[\s:|\]])(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure)\b(?!\s*\(most)"
 )
-_FRAME_OR_HEADER = re.compile(r"^\s*(?:Traceback \(most recent call last\)|File \"|During handling|The above exception)")
+# A traceback frame anywhere on the line (after a logger or rank prefix).
+_FRAME = re.compile(r'File "[^"]+", line \d+')
+_RANK = re.compile(r"^\s*\[rank\d+\]:")
+# "torch.OutOfMemoryError: …", "RayTaskError(ValueError): …", a bare "AssertionError", or any dotted
+# CamelCase name and ": " ("torch._dynamo.exc.BackendCompilerFailed: backend=…").
+_EXCEPTION_AT_START = re.compile(
+    r"^(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:(?:Error|Exception|Exit|Interrupt|Failure|Fault)(?:\([\w.]*\))?(?::|$)|: )"
+)
+TRACEBACK_TAIL_LINES = 8  # code and caret lines between the last frame and the exception line
 
 
 @dataclass(frozen=True)
@@ -77,18 +89,24 @@ def bury(log: str, noise: StartupNoise, key: str) -> str:
 
 
 def truncate(log: str) -> str | None:
-    """The paste cut just before its last exception line, or None when nothing of substance is left."""
+    """The paste cut just before the exception line of its last traceback: every frame remains, the line that
+    says what failed (and all after it) is gone. None when the log has no traceback frame, or no exception
+    line follows its last frame's code (the traceback is already cut)."""
     lines = log.splitlines()
-    last = None
-    for i, line in enumerate(lines):
-        if _EXCEPTION_LINE.search(line) and not _FRAME_OR_HEADER.match(line):
-            last = i
-    if last is None:
+    last_frame = max((i for i, line in enumerate(lines) if _FRAME.search(line)), default=None)
+    if last_frame is None:
         return None
-    kept = lines[:last]
-    if not any(line.strip() and not line.strip().startswith("```") for line in kept):
-        return None
-    return "\n".join(kept)
+    seen = 0
+    for i in range(last_frame + 1, len(lines)):
+        text = _RANK.sub("", clean_line(lines[i])).strip()
+        if not text:
+            continue
+        if _EXCEPTION_AT_START.match(text):
+            return "\n".join(lines[:i])
+        seen += 1  # the frame's code line, its caret marks
+        if seen > TRACEBACK_TAIL_LINES:
+            break
+    return None
 
 
 def partner_index(i: int, labels: Sequence[str | None], groups: Sequence[str]) -> int | None:

@@ -343,9 +343,17 @@ class Matcher:
                 parts["fact_rule"] = 1.0
             # A signature (or proven rule) of a cause is the strongest evidence; an advisory counts as
             # one only when nothing else in the paste crashed.
-            strong = bool(hits or case_id in proven) and (
+            # A hint printed at start-up (INFO/WARNING) by every such deployment proves the setting, not that the
+            # paste is about it: on its own it is never a confident answer.
+            startup_hint = (
+                case.role == "advisory" and bool(hits) and case_id not in proven
+                and all(h.line.level in _QUIET for h in hits)
+            )
+            strong = bool(hits or case_id in proven) and not startup_hint and (
                 case.role == "cause" or (case.role == "advisory" and (not unexplained or case_id in proven))
             )
+            if startup_hint:
+                score = min(score, self.thresholds.match - 0.01)
             notes: list[str] = []
             version = check_case(case.affects, case.fixed_in, known, distilled.language)  # bot/versions.py
             if version.note:
@@ -370,7 +378,10 @@ class Matcher:
         entries.sort(key=lambda e: (e.strong, e.case.id == earliest, e.score), reverse=True)
         entries = [e for e in entries if e.score >= MIN_SCORE]  # near-zero candidates are noise
 
+        first_failure = self._unexplained_first_failure(entries, sig_hits, distilled, proven) if mode == "hybrid" else None
         matches = [self._to_match(e, sig_hits, distilled, facts, proven) for e in entries[:TOP_K]]
+        if first_failure is not None:  # two failures: the later one's fingerprint is no confident answer
+            matches[0] = replace(matches[0], score=min(matches[0].score, round(self.thresholds.match - 0.01, 3)))
         if len(matches) >= 2 and not matches[0].signature_hit and "fact_rule" not in matches[0].scores:
             # Retrieval alone is only trusted when it clearly separates the best case from the next one;
             # two close candidates mean "uncertain", never a confident answer.
@@ -378,6 +389,11 @@ class Matcher:
                 capped = min(matches[0].score, round(self.thresholds.match - 0.01, 3))
                 matches[0] = replace(matches[0], score=capped)
         ranking_notes: list[str] = []
+        if first_failure is not None and matches:
+            ranking_notes.append(
+                f"two failures: the traceback ending on line {first_failure.line_no} failed first and reads like "
+                f"another problem; {matches[0].case_id} is matched only after it"
+            )
         if distilled.truncated and matches:
             ranking_notes.append(TRUNCATED_NOTE)
             top = matches[0]
@@ -409,6 +425,35 @@ class Matcher:
         if len(first) < 2:
             return None
         return min(first, key=lambda c: (first[c], c))
+
+    def _unexplained_first_failure(
+        self,
+        entries: list[_Entry],
+        sig_hits: dict[str, list[SignatureHit]],
+        distilled: Distilled,
+        proven: dict[str, list[tuple[FactRule, str]]],
+    ) -> LogLine | None:
+        """The exception line of an earlier traceback that no signature explains and that, searched on its own,
+        does not read like the top case (not in its top results): the paste holds two failures and the
+        top answer explains only the later one. One extra search, only for pastes with such a line."""
+        if not entries or not entries[0].signature or entries[0].case.id in proven:
+            return None
+        top = entries[0].case.id
+        hit_lines = {h.line.line_no for hits in sig_hits.values() for h in hits}
+        first_hit = min(h.line.line_no for h in sig_hits.get(top, []))
+        frame_lines = {c.line_no for c in distilled.cleaned if c.kind == "frame"}
+        earlier = next(
+            (r for r in distilled.root_errors
+             if r.line_no < first_hit and r.line_no not in hit_lines and r.level not in _QUIET
+             and r.kind != "frame" and not _FRAME_TEXT.search(r.text)
+             # it closes a traceback, or names an exception itself
+             and (any(r.line_no - k in frame_lines for k in (1, 2, 3)) or bool(_EXCEPTION_TEXT.search(r.text)))),
+            None,
+        )
+        if earlier is None:
+            return None
+        related = {h.case_id for h in self.index.search(mask(earlier.text), k=TOP_K)}
+        return None if top in related else earlier
 
     def _demote_secondary(self, entries: list[_Entry]) -> None:
         """A symptom never outranks a cause with evidence; an advisory never tops a paste that crashed."""

@@ -178,3 +178,20 @@ def test_two_failures_the_earliest_root_error_is_the_answer(doctor) -> None:
         ids = [m.case_id for m in d.matches]
         assert ids[0] == expected, ids
         assert {"kv-cache-no-memory", "cuda-reinit-forked-subprocess"} <= set(ids[:3])
+
+
+def test_a_start_up_hint_alone_is_never_a_confident_answer(doctor) -> None:
+    hint = ("INFO 10-01 12:00:00 model_runner.py:1000] To see benefits of async output processing, enable CUDA graph. "
+            "Since, enforce-eager is enabled, async output processor cannot be used")
+    d = doctor.match(hint + "\nthe server answers, but what is wrong with my deployment?")
+    assert "enforce-eager-cuda-graphs-off" in [m.case_id for m in d.matches[:3]]
+    assert d.verdict != "match", d.matches[0]
+
+
+def test_a_fingerprint_after_an_unexplained_earlier_traceback_is_not_confident(doctor) -> None:
+    later = KB.by_id()["kv-cache-no-memory"].examples[0].log
+    d = doctor.match(UNCOVERED_CRASH + "\n" + later)
+    assert d.matches[0].case_id == "kv-cache-no-memory" and d.verdict != "match"
+    assert any("two failures" in n and "line 4" in n for n in d.notes), d.notes
+    alone = doctor.match(later + "\n" + UNCOVERED_CRASH)  # the fingerprint comes first: it is the answer
+    assert alone.matches[0].case_id == "kv-cache-no-memory" and alone.verdict == "match"

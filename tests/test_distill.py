@@ -191,3 +191,30 @@ def test_query_puts_errors_before_warnings_that_mention_errors() -> None:
         "ValueError: No available memory for the cache blocks.\n"
     )
     assert d.query.splitlines()[0].startswith("ValueError: No available memory")
+
+
+def test_a_paste_starting_inside_a_traceback_keeps_its_frames_and_their_module_paths() -> None:
+    log = (
+        "(EngineCore pid=86) ERROR 06-01 13:18:12 [core.py:1341]   File \"/usr/local/lib/python3.12/dist-packages/"
+        "vllm/lora/worker_manager.py\", line 122, in _load_adapter\n"
+        "(EngineCore pid=86) ERROR 06-01 13:18:12 [core.py:1341]     peft_helper.validate_legal(self.lora_config)\n"
+        "INFO 06-01 13:18:13 [launcher.py:80] Shutting down FastAPI HTTP server."
+    )
+    d = distill(log)
+    frames = [c for c in d.cleaned if c.kind == "frame"]
+    assert [f.line_no for f in frames] == [1] and not d.root_errors  # a frame, not a root error nor context
+    assert any(e.line_no == 1 for e in d.evidence)
+    assert d.query.startswith("vllm lora worker_manager _load_adapter")  # the module path stands in for the lost error
+
+
+def test_python_warnings_are_quiet_and_go_last_in_the_query() -> None:
+    log = (
+        "/opt/venv/lib/python3.12/site-packages/torch/cuda/__init__.py:61: FutureWarning: The pynvml package is deprecated.\n"
+        "  warnings.warn(\n"
+        "[W921 21:36:17.897675918 ProcessGroupNCCL.cpp:941] Warning: WORK_NCCL is not set\n"
+        "Illegal Instruction (Core Dumped) when running the CPU image"
+    )
+    d = distill(log)
+    levels = {e.line_no: e.level for e in d.evidence}
+    assert levels[1] == levels[2] == levels[3] == "warning" and levels[4] == ""
+    assert d.query.startswith("Illegal Instruction")
