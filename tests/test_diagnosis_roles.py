@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from bot.match import TRUNCATED_NOTE
+from bot.match import TRUNCATED_ANSWERED_NOTE, TRUNCATED_NOTE
 from kb.loader import load_kb
 
 KB = load_kb()
@@ -134,7 +134,7 @@ def test_truncated_paste_proven_by_a_fact_rule_may_match(doctor) -> None:
     )
     d = doctor.match(facts + cut)
     assert d.best is not None and d.best.case_id == "bf16-unsupported-pre-ampere"
-    assert d.verdict == "match" and TRUNCATED_NOTE in d.notes
+    assert d.verdict == "match" and TRUNCATED_ANSWERED_NOTE in d.notes and TRUNCATED_NOTE not in d.notes
     assert "compute_capability 3.7 < 8" in d.best.evidence[0].text
 
 
