@@ -88,6 +88,27 @@ def _interesting_lines(text_lower: str, extra: tuple[str, ...] = ()) -> list[int
     return for_lines((*_KEYWORDS, *extra)).lines_hit(text_lower)
 
 
+def _with_lines_after_frames(interesting: list[int], lines: list[str]) -> list[int]:
+    """Add the line that follows each run of traceback frames: it is where the exception message is, and a
+    message without any keyword ("data did not match any variant of untagged enum ModelWrapper", a Rust
+    panic) would otherwise be lost when the paste starts inside the traceback (no header to walk from)."""
+    extra: set[int] = set()
+    for idx in interesting:
+        if 'File "' not in lines[idx] or not _FRAME.match(clean_line(lines[idx])):
+            continue
+        nxt = idx + 1
+        while nxt < len(lines) and nxt - idx <= 8:
+            cleaned = clean_line(lines[nxt])
+            if cleaned.strip() and not (_FRAME.match(cleaned) or _is_frame_or_code(cleaned)):
+                # not an unindented code line between two frames (some pastes lose the indentation)
+                after = next((clean_line(ln) for ln in lines[nxt + 1 : nxt + 4] if ln.strip()), "")
+                if not _FRAME.match(after):
+                    extra.add(nxt)
+                break
+            nxt += 1
+    return sorted(extra.union(interesting)) if extra else interesting
+
+
 def extra_keywords(literals: list[str]) -> tuple[str, ...]:
     """Lower-cased literals (e.g. from KB signatures) that the built-in keywords would not find, so a
     line that a signature can match is never dropped by the pre-filter."""
@@ -110,7 +131,7 @@ def distill(paste: Paste | str, notes: tuple[str, ...] = (), keywords: tuple[str
     if "\r" in text:
         text = text.replace("\r\n", "\n").replace("\r", "\n")
     lines = text.split("\n")
-    interesting = _interesting_lines(text.lower(), (*keywords, *_FRAME_KEYWORDS))
+    interesting = _with_lines_after_frames(_interesting_lines(text.lower(), (*keywords, *_FRAME_KEYWORDS)), lines)
     cjk = sum(1 for _ in islice(_CJK.finditer(text), 6))
 
     seen: set[str] = set()  # masked text of lines already kept (folds ranks / repeats)

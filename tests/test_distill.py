@@ -218,3 +218,19 @@ def test_python_warnings_are_quiet_and_go_last_in_the_query() -> None:
     levels = {e.line_no: e.level for e in d.evidence}
     assert levels[1] == levels[2] == levels[3] == "warning" and levels[4] == ""
     assert d.query.startswith("Illegal Instruction")
+
+
+def test_message_after_headerless_frames_is_kept_without_any_keyword():
+    """A paste that starts inside a traceback: the line after the frames is the exception message, even when
+    it holds no keyword (a Rust panic surfaced by tokenizers); an unindented code line between two frames
+    (a paste that lost its indentation) is not."""
+    log = (
+        'File "/x/site-packages/transformers/tokenization_utils_fast.py", line 111, in __init__\n'
+        "fast_tokenizer = TokenizerFast.from_file(fast_tokenizer_file)\n"
+        'File "/x/site-packages/tokenizers/__init__.py", line 7, in from_file\n'
+        "    return load(path)\n"
+        "data did not match any variant of untagged enum ModelWrapper at line 1251019 column 3\n"
+    )
+    texts = [c.text for c in distill(log).cleaned]
+    assert any(t.startswith("data did not match any variant") for t in texts), texts
+    assert not any(t.startswith("fast_tokenizer = ") for t in texts), texts
