@@ -79,6 +79,16 @@ def _level(raw: str, stripped: str) -> LogLevel:
     return ""
 
 
+QUIET_ONLY_MAX_LINES = 50  # a longer paste of logger lines is a start-up log, not a question about one line
+
+
+def _quiet_only(lines: list[str]) -> bool:
+    if len(lines) > QUIET_ONLY_MAX_LINES:
+        return False
+    said = [ln for ln in lines if ln.strip()]
+    return bool(said) and all(_level(ln, clean_line(ln).strip()) in ("info", "debug", "warning") for ln in said)
+
+
 def _is_frame_or_code(cleaned: str) -> bool:
     return cleaned.startswith((" ", "\t")) or cleaned.lstrip().startswith(("^", "~"))
 
@@ -208,6 +218,10 @@ def distill(paste: Paste | str, notes: tuple[str, ...] = (), keywords: tuple[str
         is_root = bool(
             _ROOT_MARKERS.search(stripped) or _EXCEPTION_LINE.match(stripped) or _ERROR_WORD.search(stripped)
         ) or bool(_LEVEL_ERROR.match(raw.lstrip()) and not _is_frame_or_code(cleaned))
+        if is_root and _EMPTY_MESSAGE.match(stripped):
+            more, after = _message_continuation(lines, idx + 1)
+            if more:
+                stripped, next_free = f"{stripped} {more}", after
         line = LogLine(idx + 1, stripped, "root" if is_root else "context", level)
         (roots if is_root else context).append(line)
         _keep(candidates, head_candidates, line)
@@ -232,6 +246,7 @@ def distill(paste: Paste | str, notes: tuple[str, ...] = (), keywords: tuple[str
         notes=notes,
         cleaned=cleaned_all,
         truncated=truncated or _ends_in_frames(lines),
+        quiet_only=_quiet_only(lines),
     )
 
 
@@ -256,13 +271,32 @@ def _walk_traceback(lines: list[str], start: int) -> tuple[LogLine | None, list[
         if frames and not _closes_traceback(text):
             # Cut: the next thing pasted (an INFO line, another failure) is not this traceback's exception.
             return None, frames, idx
+        if _EMPTY_MESSAGE.match(text):
+            more, after = _message_continuation(lines, idx + 1)
+            if more:
+                return LogLine(idx + 1, f"{text} {more}", "root"), frames, after
         return LogLine(idx + 1, text, "root"), frames, idx + 1
     return None, frames, idx
+
+
+def _message_continuation(lines: list[str], start: int) -> tuple[str, int]:
+    """("RuntimeError:" is followed by its message on the next line: a multi-line message) the next non-blank
+    line when it continues the message, and the index after it; ("", start) when it does not."""
+    nxt = next((j for j in range(start, min(len(lines), start + 2)) if lines[j].strip()), None)
+    if nxt is None:
+        return "", start
+    more = clean_line(lines[nxt]).strip()
+    if _FRAME.match(more) or _TRACEBACK_START.search(more) or _closes_traceback(more):
+        return "", start
+    return more, nxt + 1
 
 
 # What ends a traceback: "pkg.mod.SomeError: message", "RayTaskError(ValueError): …", a bare
 # "KeyboardInterrupt", or an error marker.
 _EXCEPTION_HEAD = re.compile(r"^[A-Za-z_][\w.]*(?:\([\w.]*\))?(?::|$)")
+
+
+_EMPTY_MESSAGE = re.compile(r"^(?:[A-Za-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception):$")
 
 
 def _closes_traceback(text: str) -> bool:

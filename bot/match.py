@@ -303,6 +303,7 @@ class Matcher:
             crashed.add(0)  # a traceback was printed (even one cut before its exception line): something crashed
         fact_values = facts_mapping(facts)
         proven = self._proven_rules(fact_values) if mode == "hybrid" else {}
+        something_else_said = not distilled.quiet_only
 
         # A cause whose fingerprint (or fact rule) is in the paste explains it: advisories yield to it.
         cause_evident = any(
@@ -353,9 +354,10 @@ class Matcher:
             # one only when nothing else in the paste crashed.
             # A hint printed at start-up (INFO/WARNING) by every such deployment proves the setting, not that the
             # paste is about it: on its own it is never a confident answer.
+            # (A paste of nothing but such lines is about them: then the hint is the answer.)
             startup_hint = (
                 case.role == "advisory" and bool(hits) and case_id not in proven
-                and all(h.line.level in _QUIET for h in hits)
+                and all(h.line.level in _QUIET for h in hits) and something_else_said
             )
             strong = bool(hits or case_id in proven) and not startup_hint and (
                 case.role == "cause" or (case.role == "advisory" and (not unexplained or case_id in proven))

@@ -48,6 +48,8 @@ class Distilled:
     notes: tuple[str, ...] = ()  # e.g. "input truncated to the last 2 MB", "decoded as latin-1"
     cleaned: tuple[LogLine, ...] = ()  # all cleaned, de-duplicated lines (for signature scanning)
     truncated: bool = False  # the paste ends inside a traceback: its final exception line is missing
+    # a short paste of nothing but logger INFO/DEBUG/WARNING lines: it is about them (a start-up hint alone)
+    quiet_only: bool = False
 
 
 @dataclass(frozen=True)

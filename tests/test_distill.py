@@ -234,3 +234,20 @@ def test_message_after_headerless_frames_is_kept_without_any_keyword():
     texts = [c.text for c in distill(log).cleaned]
     assert any(t.startswith("data did not match any variant") for t in texts), texts
     assert not any(t.startswith("fast_tokenizer = ") for t in texts), texts
+
+
+def test_exception_line_with_its_message_on_the_next_line_is_one_root_error():
+    log = (
+        "RuntimeError:\n"
+        "The detected CUDA version (12.1) mismatches the version that was used to compile\n"
+        "PyTorch (11.7). Please make sure to use the same CUDA versions.\n"
+    )
+    roots = [r.text for r in distill(log).root_errors]
+    assert roots[0].startswith("RuntimeError: The detected CUDA version (12.1) mismatches"), roots
+
+
+def test_a_short_paste_of_logger_lines_only_is_quiet_only():
+    hint = "WARNING 11-13 09:12:40 config.py:405] To see benefits of async output processing, enable CUDA graph."
+    assert distill(hint + "\n").quiet_only
+    assert not distill(hint + "\nwhat is wrong with my deployment?").quiet_only
+    assert not distill((hint + "\n") * 60).quiet_only  # a start-up log, not a question about one line
