@@ -22,11 +22,13 @@ from bot.eval_tuning import (
     assign_folds,
     cross_validate,
     normalise_url,
+    objective,
     repository,
     tune,
 )
 from bot.eval_variants import StartupNoise, bury, load_warnings, partner_index, truncate
 from bot.evaluate import evaluate, labelled_logs, load_healthy, load_labelled
+from bot.match import MatchParams
 
 # The held-back evaluation encodes every paste of every variant once (~650 queries): a few minutes of CPU on an
 # idle 2-core machine, much longer on a shared one, so this module gets more than the default 600 s.
@@ -240,3 +242,17 @@ def test_tuning_never_sees_the_held_back_labels(report, items) -> None:
     tuned_on_held = tune(matching, held)
     own = Metrics.of(matching.outcome(it.log, it.expected, tuned_on_held) for it in held)
     assert own.top1 >= folds[0].heldback.top1
+
+
+def test_shipped_match_params_are_as_good_as_tuning_on_all_logs(report, items) -> None:
+    """Users get MatchParams(): they must be what the tuning procedure finds on every labelled log (within a
+    margin for CPUs whose MiniLM vectors differ in the last bits), so the held-back numbers, which score the same
+    procedure on folds it did not see, measure the shipped matcher."""
+    matching = report.matching
+    assert isinstance(matching, CachedMatching)
+
+    def score(params: MatchParams) -> float:
+        return objective(Metrics.of(matching.outcome(it.log, it.expected, params) for it in items))
+
+    tuned = tune(matching, items)
+    assert score(MatchParams()) >= score(tuned) - 0.01, (tuned, score(tuned), score(MatchParams()))
