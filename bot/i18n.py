@@ -98,6 +98,19 @@ _TEXT: dict[str, dict[Language, str]] = {
                        "zh": "LLM 的回答未通过校验（{reason}），以下为知识库中的答案。"},
     "note.wrong_language": {"en": "the LLM answered in another language",
                             "zh": "LLM 没有用中文回答"},
+    # notes of the ranking (bot/match.py)
+    "note.truncated": {"en": "the paste ends inside a traceback: its final error line is missing, so this is the best "
+                             "guess from the frames and facts above it (paste the lines that follow to be sure)",
+                       "zh": "粘贴的内容在 traceback 中间就结束了，缺少最后的报错行；这是根据上面的调用栈和日志事实做出的最佳猜测"
+                             "（把后面的几行也贴上来才能确认）"},
+    "note.truncated_answered": {"en": "the paste ends inside a traceback whose final error line is missing; the answer "
+                                      "rests on the error lines and facts before it (paste the lines that follow to "
+                                      "check that the traceback is the same failure)",
+                                "zh": "粘贴的内容在 traceback 中间就结束了，缺少最后的报错行；这个回答依据的是它前面的报错行和日志事实"
+                                      "（把后面的几行也贴上来，确认这段 traceback 是同一个故障）"},
+    "note.two_failures": {"en": "two failures: the traceback ending on line {line} failed first and reads like another "
+                                "problem; {case} is matched only after it",
+                          "zh": "有两处故障：第 {line} 行结束的 traceback 先出错，看起来是另一个问题；{case} 只在它之后才匹配到"},
     # a case's affects / fixed_in against the versions known for a paste (bot/versions.py); match notes
     "version.where_log": {"en": "this log shows {shown}", "zh": "这段日志显示的是 {shown}"},
     "version.where_host": {"en": "host {host} has {shown}", "zh": "主机 {host} 上是 {shown}"},

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Literal, Protocol
 
+from bot.i18n import t
 from bot.models import Distilled, Evidence, LogFacts, LogLine, Match, Verdict
 from bot.versions import Versions, check_case, known_versions
 from indexer.text import mask
@@ -45,15 +46,10 @@ MIN_SCORE = 0.10
 # so no caller can move a ranking by more than this (docs/kb-growth.md).
 MAX_PRIOR = 0.03
 
-TRUNCATED_NOTE = (
-    "the paste ends inside a traceback: its final error line is missing, so this is the best guess from the "
-    "frames and facts above it (paste the lines that follow to be sure)"
-)
+# English forms of the truncated-paste notes (the answer's language picks the form: bot/i18n.py note.*)
+TRUNCATED_NOTE = t("note.truncated", "en")
 # ... when the answer rests on an error line or a proven fact elsewhere in the paste, not on the cut frames
-TRUNCATED_ANSWERED_NOTE = (
-    "the paste ends inside a traceback whose final error line is missing; the answer rests on the error lines "
-    "and facts before it (paste the lines that follow to check that the traceback is the same failure)"
-)
+TRUNCATED_ANSWERED_NOTE = t("note.truncated_answered", "en")
 
 _QUIET = ("info", "debug", "warning")
 _EXCEPTION_TEXT = re.compile(r"(?:^|[^A-Za-z0-9_.])(?:[A-Za-z_]\w*\.)*[A-Z][A-Za-z0-9_]*(?:Error|Exception): \S")
@@ -401,8 +397,7 @@ class Matcher:
         ranking_notes: list[str] = []
         if first_failure is not None and matches:
             ranking_notes.append(
-                f"two failures: the traceback ending on line {first_failure.line_no} failed first and reads like "
-                f"another problem; {matches[0].case_id} is matched only after it"
+                t("note.two_failures", distilled.language, line=first_failure.line_no, case=matches[0].case_id)
             )
         if distilled.truncated and matches:
             top = matches[0]
@@ -410,7 +405,7 @@ class Matcher:
             complete = "fact_rule" in top.scores or any(
                 h.line.kind != "frame" and not _FRAME_TEXT.search(h.line.text) for h in sig_hits.get(top.case_id, [])
             )
-            ranking_notes.append(TRUNCATED_ANSWERED_NOTE if complete else TRUNCATED_NOTE)
+            ranking_notes.append(t("note.truncated_answered" if complete else "note.truncated", distilled.language))
             if not complete:  # frames alone never make a confident answer
                 matches[0] = replace(top, score=min(top.score, round(self.thresholds.match - 0.01, 3)))
         verdict = self.thresholds.verdict(matches[0].score) if matches else "unknown"

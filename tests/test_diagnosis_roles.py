@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from bot.i18n import t
 from bot.match import TRUNCATED_ANSWERED_NOTE, TRUNCATED_NOTE
 from kb.loader import load_kb
 
@@ -195,3 +196,10 @@ def test_a_fingerprint_after_an_unexplained_earlier_traceback_is_not_confident(d
     assert any("two failures" in n and "line 4" in n for n in d.notes), d.notes
     alone = doctor.match(later + "\n" + UNCOVERED_CRASH)  # the fingerprint comes first: it is the answer
     assert alone.matches[0].case_id == "kv-cache-no-memory" and alone.verdict == "match"
+
+
+def test_truncated_note_is_in_the_language_of_the_paste(doctor) -> None:
+    cut = _cut_before_exception(KB.by_id()["bf16-unsupported-pre-ampere"].examples[1].log)
+    d = doctor.match("我的服务启动时报错了，下面是日志：\n" + cut)
+    assert d.distilled.language == "zh" and d.distilled.truncated
+    assert t("note.truncated", "zh") in d.notes and TRUNCATED_NOTE not in d.notes
