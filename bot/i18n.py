@@ -111,6 +111,11 @@ _TEXT: dict[str, dict[Language, str]] = {
     "note.two_failures": {"en": "two failures: the traceback ending on line {line} failed first and reads like another "
                                 "problem; {case} is matched only after it",
                           "zh": "有两处故障：第 {line} 行结束的 traceback 先出错，看起来是另一个问题；{case} 只在它之后才匹配到"},
+    "note.consequence": {"en": "this is a consequence; the earlier error on line {line} is the cause to fix",
+                         "zh": "这是后果；第 {line} 行更早的报错才是要修的原因"},
+    "note.consequence_unseen": {"en": "this is a consequence; the paste does not show the earlier root error — paste "
+                                      "the lines before it",
+                                "zh": "这是后果；粘贴的内容里没有更早的根本报错 — 请把它之前的几行也贴上来"},
     # a case's affects / fixed_in against the versions known for a paste (bot/versions.py); match notes
     "version.where_log": {"en": "this log shows {shown}", "zh": "这段日志显示的是 {shown}"},
     "version.where_host": {"en": "host {host} has {shown}", "zh": "主机 {host} 上是 {shown}"},

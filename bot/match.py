@@ -503,9 +503,9 @@ class Matcher:
             earlier = _earlier_root(distilled, sig_hits.get(case.id, []))
             if earlier is not None:
                 evidence = (Evidence(earlier.line_no, earlier.text, "earlier root error: diagnose this line"),) + evidence
-                notes.append(f"this is a consequence; the earlier error on line {earlier.line_no} is the cause to fix")
+                notes.append(t("note.consequence", distilled.language, line=earlier.line_no))
             else:
-                notes.append("this is a consequence; the paste does not show the earlier root error — paste the lines before it")
+                notes.append(t("note.consequence_unseen", distilled.language))
         return Match(
             case_id=case.id,
             title=case.title,

@@ -203,3 +203,13 @@ def test_truncated_note_is_in_the_language_of_the_paste(doctor) -> None:
     d = doctor.match("我的服务启动时报错了，下面是日志：\n" + cut)
     assert d.distilled.language == "zh" and d.distilled.truncated
     assert t("note.truncated", "zh") in d.notes and TRUNCATED_NOTE not in d.notes
+
+
+def test_symptom_note_is_in_the_language_of_the_paste(doctor) -> None:
+    symptom = KB.by_id()["engine-dead"].examples[0].log
+    en = doctor.match(symptom)
+    zh = doctor.match("服务跑着跑着就挂了，日志如下，请帮忙看看：\n" + symptom)
+    engine_en = next(m for m in en.matches if m.case_id == "engine-dead")
+    engine_zh = next(m for m in zh.matches if m.case_id == "engine-dead")
+    assert any(n.startswith("this is a consequence") for n in engine_en.notes), engine_en.notes
+    assert zh.distilled.language == "zh" and any(n.startswith("这是后果") for n in engine_zh.notes), engine_zh.notes
