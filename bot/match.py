@@ -40,6 +40,8 @@ DEFAULT_UNCERTAIN_THRESHOLD = 0.40
 DENSE_FLOOR, DENSE_CEIL = 0.25, 0.80
 # A retrieval-only best case must beat the runner-up by this much to be a confident 'match'.
 RETRIEVAL_MARGIN = 0.08
+# An earlier unexplained error line must read this much like another case to mark a paste as two failures.
+FIRST_FAILURE_MIN = 0.5
 # Candidates below this are not shown at all (ordinary chatter has nothing near it).
 MIN_SCORE = 0.10
 # Feedback prior ("Fixed it" / "Didn't help", bot/kb_growth/feedback.py): added to a case's score, clamped here
@@ -451,14 +453,22 @@ class Matcher:
             (r for r in distilled.root_errors
              if r.line_no < first_hit and r.line_no not in hit_lines and r.level not in _QUIET
              and r.kind != "frame" and not _FRAME_TEXT.search(r.text)
-             # it closes a traceback, or names an exception itself
-             and (any(r.line_no - k in frame_lines for k in (1, 2, 3)) or bool(_EXCEPTION_TEXT.search(r.text)))),
+             ),
             None,
         )
         if earlier is None:
             return None
-        related = {h.case_id for h in self.index.search(mask(earlier.text), k=TOP_K)}
-        return None if top in related else earlier
+        # Searched on its own, the earlier line must read like one other problem: clearly (a fused score that
+        # alone would be an 'uncertain' answer), of another area than the top case (an NCCL wrapper error above
+        # its NCCL cause, an OutOfMemoryError header above the OOM it names are one failure), and not like
+        # the top case itself.
+        scored = sorted(self._retrieval_scores(mask(earlier.text), "hybrid").items(), key=lambda kv: -kv[1][0])
+        if not scored or scored[0][1][0] < FIRST_FAILURE_MIN:
+            return None
+        best = self.cases.get(scored[0][0])
+        if best is None or best.id == top or best.area == entries[0].case.area:
+            return None
+        return earlier
 
     def _demote_secondary(self, entries: list[_Entry]) -> None:
         """A symptom never outranks a cause with evidence; an advisory never tops a paste that crashed."""

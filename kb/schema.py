@@ -31,6 +31,8 @@ VERSIONED_PACKAGES = (
 
 CASE_ID_RE = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 URL_RE = re.compile(r"^https?://\S+$")
+# a function name or a dotted module/attribute name: _verify_quantization, vllm._C, AutoTokenizer.from_pretrained
+FRAME_NAME_RE = re.compile(r"^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*$")
 
 
 def _package(name: str) -> str:
@@ -116,6 +118,10 @@ class Case(_Strict):
     signatures: list[str] = Field(min_length=1)
     rules: list[FactRule] = Field(default_factory=list)
     keywords: list[str] = Field(default_factory=list)
+    # Traceback fingerprints: the functions (or dotted module names, e.g. vllm._C) in whose frames this failure
+    # is raised, found in the vLLM / torch / transformers source. A paste cut before its exception line still
+    # shows them (bot/match.py, docs/kb-authoring.md "Frames").
+    frames: list[str] = Field(default_factory=list, max_length=8)
     cause: str = Field(min_length=20)
     # Chinese text (issue: Chinese-speaking teams). Optional in the schema so a new case can be filed from
     # Slack in English; `kb lint` requires them for bundled cases.
@@ -147,6 +153,14 @@ class Case(_Strict):
                 raise ValueError(f"bad regex {pattern!r}: {exc}") from exc
             if compiled.search(""):
                 raise ValueError(f"regex {pattern!r} matches the empty string")
+        return v
+
+    @field_validator("frames")
+    @classmethod
+    def _frame_names(cls, v: list[str]) -> list[str]:
+        for name in v:
+            if not FRAME_NAME_RE.match(name):
+                raise ValueError(f"not a function or dotted module name: {name!r}")
         return v
 
     @field_validator("references")

@@ -21,7 +21,7 @@ from kb.schema import Case
 # Optional fields left out of the file when they hold their default (keeps new files as short as the
 # hand-written ones).
 _OMIT_WHEN_EMPTY = (
-    "rules", "keywords", "checks", "affects", "fixed_in", "summary_zh", "cause_zh", "keywords_zh",
+    "rules", "keywords", "frames", "checks", "affects", "fixed_in", "summary_zh", "cause_zh", "keywords_zh",
 )
 
 
