@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Literal, Protocol
 
+from bot.frames import FrameIndex, cut_frames
 from bot.i18n import t
 from bot.models import Distilled, Evidence, LogFacts, LogLine, Match, Verdict
 from bot.versions import Versions, check_case, known_versions
@@ -42,6 +43,9 @@ DENSE_FLOOR, DENSE_CEIL = 0.25, 0.80
 RETRIEVAL_MARGIN = 0.08
 # An earlier unexplained error line must read this much like another case to mark a paste as two failures.
 FIRST_FAILURE_MIN = 0.5
+RELATED_SHARE = 0.6
+# At most this many plain lines (no logger prefix) are searched on their own in a quiet paste.
+PLAIN_TEXT_MAX = 4
 # Candidates below this are not shown at all (ordinary chatter has nothing near it).
 MIN_SCORE = 0.10
 # Feedback prior ("Fixed it" / "Didn't help", bot/kb_growth/feedback.py): added to a case's score, clamped here
@@ -103,6 +107,7 @@ class MatchParams:
     signature_info: float = 0.70  # ... only on INFO/WARNING lines (weighs less than a root error)
     signature_symptom: float = 0.65  # ... of a symptom case (engine dead, worker died)
     retrieval_scale: float = 0.65  # retrieval-only score multiplier
+    frame_weight: float = 0.35  # added for the frames a cut traceback shares with a case (bot/frames.py)
     fact_rule: float = 0.85  # score of a case whose fact rule the log proves (kb/rules.py)
     fixed_version_penalty: float = 0.15  # the log shows a version where the case is already fixed
     secondary_gap: float = 0.01  # how far a demoted symptom/advisory sits below the cause it yields to
@@ -238,6 +243,7 @@ class Matcher:
         self._rules: dict[str, list[tuple[FactRule, Node]]] = {
             c.id: [(r, r.ast()) for r in c.rules] for c in kb.cases if c.rules
         }
+        self.frames = FrameIndex(kb.cases)
         self._case_words = {c.id: _words(c.search_text() + " " + " ".join(e.log for e in c.examples)) for c in kb.cases}
 
     # -- scoring -----------------------------------------------------------------------------------
@@ -287,6 +293,9 @@ class Matcher:
         known = known_versions(facts) if versions is None else versions
         sig_hits = self.scanner.scan(distilled.cleaned or distilled.evidence) if mode == "hybrid" else {}
         retrieval = self._retrieval_scores(distilled.query, mode)
+        self._add_plain_text_scores(retrieval, distilled, mode)
+        # A traceback cut before its exception line: its innermost frames say where it failed.
+        frame_scores = self.frames.scores(cut_frames(distilled)) if mode == "hybrid" else {}
         root_lines = {r.line_no for r in distilled.root_errors}
         # Root errors in the strict sense: warnings that merely mention "error" explain no crash.
         crash_lines = {r.line_no for r in distilled.root_errors if r.level not in ("info", "debug", "warning")}
@@ -314,7 +323,7 @@ class Matcher:
             default=0.0,
         )
         entries: list[_Entry] = []
-        for case_id in set(sig_hits) | set(retrieval) | set(proven):
+        for case_id in set(sig_hits) | set(retrieval) | set(proven) | set(frame_scores):
             case = self.cases.get(case_id)
             if case is None:
                 continue
@@ -345,6 +354,9 @@ class Matcher:
                 parts["signature"] = 1.0
             else:
                 score = p.retrieval_scale * r
+            if case_id in frame_scores and not hits:
+                score += p.frame_weight * frame_scores[case_id]
+                parts["frames"] = round(frame_scores[case_id], 4)
             if case_id in proven:
                 score = max(score, p.fact_rule + 0.1 * r)
                 parts["fact_rule"] = 1.0
@@ -417,6 +429,22 @@ class Matcher:
         )
         return Ranking(verdict, tuple(matches), also, tuple(ranking_notes))
 
+    def _add_plain_text_scores(
+        self, retrieval: dict[str, tuple[float, dict[str, float]]], distilled: Distilled, mode: Mode
+    ) -> None:
+        """A paste with no error line, whose few lines without a logger prefix (a title, the asker's words) sit
+        among many logger lines: those lines are searched on their own as well, and each case keeps its better
+        score, so hundreds of start-up lines cannot drown what the asker wrote."""
+        if any(r.level not in _QUIET for r in distilled.root_errors):
+            return
+        plain = [e for e in distilled.evidence if e.level == "" and e.kind == "context" and not _FRAME_TEXT.search(e.text)]
+        if not plain or len(plain) > PLAIN_TEXT_MAX or len(plain) == len(distilled.evidence):
+            return
+        query = "\n".join(mask(e.text) for e in plain)
+        for case_id, (score, parts) in self._retrieval_scores(query, mode).items():
+            if score > retrieval.get(case_id, (0.0, {}))[0]:
+                retrieval[case_id] = (score, {**parts, "plain_text": 1.0})
+
     @staticmethod
     def _earliest_cause(entries: list[_Entry], sig_hits: dict[str, list[SignatureHit]]) -> str | None:
         """The strong cause whose fingerprint sits on the earliest error line (not an INFO/WARNING line, not a
@@ -460,14 +488,16 @@ class Matcher:
             return None
         # Searched on its own, the earlier line must read like one other problem: clearly (a fused score that
         # alone would be an 'uncertain' answer), of another area than the top case (an NCCL wrapper error above
-        # its NCCL cause, an OutOfMemoryError header above the OOM it names are one failure), and not like
-        # the top case itself.
+        # its NCCL cause, an OutOfMemoryError header above the OOM it names are one failure), and not nearly
+        # as much like the top case itself.
         scored = sorted(self._retrieval_scores(mask(earlier.text), "hybrid").items(), key=lambda kv: -kv[1][0])
         if not scored or scored[0][1][0] < FIRST_FAILURE_MIN:
             return None
         best = self.cases.get(scored[0][0])
         if best is None or best.id == top or best.area == entries[0].case.area:
             return None
+        if dict(scored).get(top, (0.0, {}))[0] >= RELATED_SHARE * scored[0][1][0]:
+            return None  # it reads like the top case nearly as much: one failure told twice
         return earlier
 
     def _demote_secondary(self, entries: list[_Entry]) -> None:
