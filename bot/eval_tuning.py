@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, fields, replace
 
 from bot.errors import UserInputError
+from bot.eval_variants import truncate
 from bot.match import Fusion, Matcher, MatchParams, Mode, SearchHit, SearchIndex
 from bot.models import Distilled, LogFacts, Verdict
 from kb.loader import KnowledgeBase
@@ -27,6 +28,7 @@ GRID: tuple[tuple[str, tuple[float, ...]], ...] = (
     ("signature_root", (0.70, 0.75, 0.80, 0.85, 0.90)),
     ("signature_other", (0.60, 0.66, 0.72, 0.78)),
     ("signature_symptom", (0.45, 0.55, 0.65)),
+    ("frame_weight", (0.0, 0.2, 0.35, 0.5)),
 )
 SEARCH_PASSES = 2
 METRIC_NAMES = ("top1", "top3", "confident_wrong", "abstain_uncovered", "match_covered")
@@ -202,6 +204,13 @@ def _with(params: MatchParams, name: str, value: float) -> MatchParams:
     return replace(params, **{name: value})
 
 
+def with_truncated(items: Sequence[LabelledLog]) -> list[LabelledLog]:
+    """The logs, plus each one cut before the exception line of its last traceback (where it has one), so the
+    tuning also sees cut tracebacks (frame_weight is only used on those)."""
+    cut = [(it, truncate(it.log)) for it in items]
+    return [*items, *(replace(it, id=it.id + "#truncated", log=log) for it, log in cut if log is not None)]
+
+
 def tune(matching: CachedMatching, items: Sequence[LabelledLog], start: MatchParams | None = None) -> MatchParams:
     """Coordinate search over GRID on these (training) logs; deterministic: ties keep the current value."""
     params = start or MatchParams()
@@ -263,7 +272,7 @@ def cross_validate(
     for f in sorted(set(folds)):
         train = [it for it, g in zip(items, folds, strict=True) if g != f]
         held = [i for i, g in enumerate(folds) if g == f]
-        params = tune(matching, train)
+        params = tune(matching, with_truncated(train))
         for i in held:
             params_of[i] = params
         results.append(
