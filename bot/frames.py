@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from bot.models import Distilled, LogLine
 from kb.schema import Case
@@ -42,6 +42,8 @@ class Frame:
     function: str
     module: str  # dotted path below the install root, "" when unknown (vllm.config)
     code: str = ""
+    line_no: int = 0  # of the frame line in the paste
+    text: str = ""  # the frame line itself
 
     def terms(self) -> set[str]:
         out = {self.function} if self.function not in GENERIC else set()
@@ -70,10 +72,9 @@ def read_frames(lines: Sequence[LogLine]) -> list[Frame]:
     for line in lines:
         m = _FRAME.search(line.text)
         if m:
-            frames.append(Frame(m.group(2), _module(m.group(1))))
+            frames.append(Frame(m.group(2), _module(m.group(1)), line_no=line.line_no, text=line.text))
         elif frames and previous is not None and _FRAME.search(previous.text) and line.line_no == previous.line_no + 1:
-            last = frames[-1]
-            frames[-1] = Frame(last.function, last.module, line.text.strip())
+            frames[-1] = replace(frames[-1], code=line.text.strip())
         previous = line
     return frames
 
@@ -117,9 +118,9 @@ class FrameIndex:
     def __init__(self, cases: Iterable[Case]):
         self.terms: dict[str, frozenset[str]] = {}
         for case in cases:
-            names = set(case.frames) | _example_terms(case)
-            if names:
-                self.terms[case.id] = frozenset(names)
+            found = set(case.frames) | _example_terms(case)
+            if found:
+                self.terms[case.id] = frozenset(found)
         n = max(1, len(self.terms))
         df: dict[str, int] = {}
         for names in self.terms.values():
@@ -143,3 +144,8 @@ class FrameIndex:
             if total > 0:
                 out[case_id] = min(1.0, total)
         return out
+
+    def evidence(self, frames: Sequence[Frame], case_id: str) -> list[tuple[Frame, list[str]]]:
+        """The cut frames that share a fingerprint name with the case, innermost first, with those names."""
+        names = self.terms.get(case_id, frozenset())
+        return [(frame, sorted(frame.terms() & names)) for frame in frames if frame.terms() & names]

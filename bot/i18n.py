@@ -108,9 +108,9 @@ _TEXT: dict[str, dict[Language, str]] = {
                                       "check that the traceback is the same failure)",
                                 "zh": "粘贴的内容在 traceback 中间就结束了，缺少最后的报错行；这个回答依据的是它前面的报错行和日志事实"
                                       "（把后面的几行也贴上来，确认这段 traceback 是同一个故障）"},
-    "note.two_failures": {"en": "two failures: the traceback ending on line {line} failed first and reads like another "
-                                "problem; {case} is matched only after it",
-                          "zh": "有两处故障：第 {line} 行结束的 traceback 先出错，看起来是另一个问题；{case} 只在它之后才匹配到"},
+    "note.two_failures": {"en": "two failures: the error on line {line} came first and reads like another problem; "
+                                "{case} is matched only after it",
+                          "zh": "有两处故障：第 {line} 行的错误先出现，看起来是另一个问题；{case} 只在它之后才匹配到"},
     "note.consequence": {"en": "this is a consequence; the earlier error on line {line} is the cause to fix",
                          "zh": "这是后果；第 {line} 行更早的报错才是要修的原因"},
     "note.consequence_unseen": {"en": "this is a consequence; the paste does not show the earlier root error — paste "

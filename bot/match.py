@@ -295,7 +295,8 @@ class Matcher:
         retrieval = self._retrieval_scores(distilled.query, mode)
         self._add_plain_text_scores(retrieval, distilled, mode)
         # A traceback cut before its exception line: its innermost frames say where it failed.
-        frame_scores = self.frames.scores(cut_frames(distilled)) if mode == "hybrid" else {}
+        cut = cut_frames(distilled) if mode == "hybrid" else []
+        frame_scores = self.frames.scores(cut)
         root_lines = {r.line_no for r in distilled.root_errors}
         # Root errors in the strict sense: warnings that merely mention "error" explain no crash.
         crash_lines = {r.line_no for r in distilled.root_errors if r.level not in ("info", "debug", "warning")}
@@ -476,7 +477,6 @@ class Matcher:
         top = entries[0].case.id
         hit_lines = {h.line.line_no for hits in sig_hits.values() for h in hits}
         first_hit = min(h.line.line_no for h in sig_hits.get(top, []))
-        frame_lines = {c.line_no for c in distilled.cleaned if c.kind == "frame"}
         earlier = next(
             (r for r in distilled.root_errors
              if r.line_no < first_hit and r.line_no not in hit_lines and r.level not in _QUIET
@@ -536,6 +536,12 @@ class Matcher:
     ) -> Match:
         case = e.case
         evidence = self._evidence(case.id, sig_hits.get(case.id, []), distilled)
+        if "frames" in e.parts:  # ranked on the frames of a cut traceback: show them first
+            shown = tuple(
+                Evidence(frame.line_no, frame.text, "frame: " + ", ".join(names))
+                for frame, names in self.frames.evidence(cut_frames(distilled), case.id)[:2]
+            )
+            evidence = shown + tuple(ev for ev in evidence if ev.line_no not in {s.line_no for s in shown})
         notes = list(e.notes)
         if case.id in proven:
             evidence = self._rule_evidence(proven[case.id], facts) + evidence

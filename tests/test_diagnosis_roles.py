@@ -213,3 +213,47 @@ def test_symptom_note_is_in_the_language_of_the_paste(doctor) -> None:
     engine_zh = next(m for m in zh.matches if m.case_id == "engine-dead")
     assert any(n.startswith("this is a consequence") for n in engine_en.notes), engine_en.notes
     assert zh.distilled.language == "zh" and any(n.startswith("这是后果") for n in engine_zh.notes), engine_zh.notes
+
+
+def test_a_cut_traceback_is_ranked_on_the_case_that_raises_in_its_frames(doctor) -> None:
+    from tests.test_frames import CUT  # a traceback cut under `raise ValueError(` in _verify_quantization
+
+    d = doctor.match(CUT)
+    assert d.distilled.truncated and TRUNCATED_NOTE in d.notes and d.verdict == "uncertain"
+    best = d.matches[0]
+    assert best.case_id == "quantization-method-mismatch", [m.case_id for m in d.matches]
+    assert best.scores.get("frames", 0) > 0.9  # the innermost frame is this case's fingerprint
+    assert best.evidence[0].why == "frame: _verify_quantization" and best.evidence[0].line_no == 7
+
+
+# Ordinary start-up warnings of a long paste, written as vLLM, transformers and torch print them.
+_WARNINGS = [
+    "WARNING 09-21 10:00:{s:02d} [config.py:254] bitsandbytes quantization is not fully optimized yet. The speed "
+    "can be slower than non-quantized models.",
+    "WARNING 09-21 10:00:{s:02d} [cuda.py:100] Possibly too large swap space. 16.00 GiB out of the 31.00 GiB total "
+    "CPU memory is allocated for the swap space.",
+    "WARNING 09-21 10:00:{s:02d} [cuda.py:80] To see benefits of async output processing, enable CUDA graph. Since, "
+    "enforce-eager is enabled, async output processor cannot be used",
+    "WARNING 09-21 10:00:{s:02d} [fp8.py:60] Using FP8 KV cache but no scaling factors provided. Defaulting to "
+    "scaling factors of 1.0. This may lead to less accurate results!",
+    "INFO 09-21 10:00:{s:02d} [core.py:100] Automatically detected platform cuda.",
+]
+
+
+def test_the_askers_own_line_is_not_drowned_by_start_up_warnings(doctor) -> None:
+    title = "Address already in use: port 8000 stays busy for a minute after the server crashed"
+    noise = [_WARNINGS[i % len(_WARNINGS)].format(s=i % 60) for i in range(400)]
+    alone = doctor.match(title)
+    buried = doctor.match("\n".join(noise[:200] + [title] + noise[200:]))
+    assert alone.matches[0].case_id == "port-in-use"
+    assert buried.matches[0].case_id == "port-in-use", [(m.case_id, m.score) for m in buried.matches[:3]]
+    assert buried.matches[0].scores.get("plain_text") == 1.0  # found by searching that line on its own
+
+
+def test_an_earlier_error_line_of_another_area_marks_two_failures(doctor) -> None:
+    unauthorized = "requests.exceptions.HTTPError: 401 Client Error: Unauthorized for url: https://huggingface.co/api/models/x/y"
+    later = KB.by_id()["kv-cache-no-memory"].examples[0].log
+    d = doctor.match(unauthorized + "\n" + later)
+    assert d.matches[0].case_id == "kv-cache-no-memory" and d.verdict == "uncertain"
+    assert any(n.startswith("two failures: the error on line 1") for n in d.notes), d.notes
+    assert doctor.match(later).verdict == "match"  # alone, the fingerprint is a confident answer
