@@ -215,10 +215,19 @@ def test_symptom_note_is_in_the_language_of_the_paste(doctor) -> None:
     assert zh.distilled.language == "zh" and any(n.startswith("这是后果") for n in engine_zh.notes), engine_zh.notes
 
 
-def test_a_cut_traceback_is_ranked_on_the_case_that_raises_in_its_frames(doctor) -> None:
-    from tests.test_frames import CUT  # a traceback cut under `raise ValueError(` in _verify_quantization
+# A traceback cut under `raise ValueError(` in _verify_quantization: its exception line is gone.
+CUT_IN_VERIFY_QUANTIZATION = """INFO 06-01 10:00:00 api_server.py:200] vLLM API server version 0.4.0
+Traceback (most recent call last):
+  File "/usr/local/lib/python3.10/dist-packages/vllm/engine/arg_utils.py", line 318, in create_engine_configs
+    model_config = ModelConfig(
+  File "/usr/local/lib/python3.10/dist-packages/vllm/config.py", line 130, in __init__
+    self._verify_quantization()
+  File "/usr/local/lib/python3.10/dist-packages/vllm/config.py", line 204, in _verify_quantization
+    raise ValueError("""
 
-    d = doctor.match(CUT)
+
+def test_a_cut_traceback_is_ranked_on_the_case_that_raises_in_its_frames(doctor) -> None:
+    d = doctor.match(CUT_IN_VERIFY_QUANTIZATION)
     assert d.distilled.truncated and TRUNCATED_NOTE in d.notes and d.verdict == "uncertain"
     best = d.matches[0]
     assert best.case_id == "quantization-method-mismatch", [m.case_id for m in d.matches]
