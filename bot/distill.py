@@ -12,7 +12,7 @@ from collections import deque
 from collections.abc import Sequence
 from itertools import islice
 
-from bot.models import Distilled, LogLevel, LogLine
+from bot.models import Distilled, LogLevel, LogLine, WrappedLine
 from bot.paste import Paste, decode_input, redacted  # noqa: F401 - decode_input: the entry, re-exported
 from indexer.literals import for_lines
 from indexer.text import BOILERPLATE_RE, clean_line, mask, strip_ansi
@@ -153,6 +153,7 @@ def distill(paste: Paste | str, notes: tuple[str, ...] = (), keywords: tuple[str
     head_candidates: list[LogLine] = []  # the first lines are kept too: the root error is often early
     dangling_frames: list[LogLine] = []
     loose_frames: list[LogLine] = []
+    wrapped: list[WrappedLine] = []
     truncated = False
     next_free = 0  # lines before this index were consumed by a traceback walk
 
@@ -222,6 +223,10 @@ def distill(paste: Paste | str, notes: tuple[str, ...] = (), keywords: tuple[str
             more, after = _message_continuation(lines, idx + 1)
             if more:
                 stripped, next_free = f"{stripped} {more}", after
+        elif is_root:
+            more, _ = _wrapped_continuation(lines, idx + 1, stripped)
+            if more:
+                wrapped.append(WrappedLine(LogLine(idx + 1, f"{stripped} {more}", "root", level), len(stripped)))
         line = LogLine(idx + 1, stripped, "root" if is_root else "context", level)
         (roots if is_root else context).append(line)
         _keep(candidates, head_candidates, line)
@@ -247,6 +252,7 @@ def distill(paste: Paste | str, notes: tuple[str, ...] = (), keywords: tuple[str
         cleaned=cleaned_all,
         truncated=truncated or _ends_in_frames(lines),
         quiet_only=_quiet_only(lines),
+        wrapped=tuple(wrapped),
     )
 
 
@@ -289,6 +295,39 @@ def _message_continuation(lines: list[str], start: int) -> tuple[str, int]:
     if _FRAME.match(more) or _TRACEBACK_START.search(more) or _closes_traceback(more):
         return "", start
     return more, nxt + 1
+
+
+WRAP_MAX_LINES = 4  # a message soft-wrapped by a narrow terminal or rich's console spans a few lines at most
+_SENTENCE_END = re.compile(r"[.!?)\]}>\"'`。！？]$")
+
+
+def _wrapped_continuation(lines: list[str], start: int, first: str) -> tuple[str, int]:
+    """(An error message a narrow terminal or rich's console wrapped: "load failed: The number of required" /
+    "GPUs exceeds the total number of" / "available GPUs in the placement group.") the lines that continue
+    the message, joined, and the index after them; ("", start) when the message ends on its own line.
+
+    A continuation is a bare line (no logger prefix, no indentation) right below, that does not start a record
+    of its own (no frame, error marker or exception name); the message ends at a sentence end or a blank line."""
+    parts: list[str] = []
+    idx = start
+    text = first
+    while idx < len(lines) and len(parts) < WRAP_MAX_LINES and not _SENTENCE_END.search(text):
+        raw = lines[idx].rstrip()
+        text = raw.strip()
+        if (
+            not text
+            or raw != text
+            or clean_line(raw) != raw
+            or _FRAME.match(text)
+            or _TRACEBACK_START.search(text)
+            or _closes_traceback(text)
+            or _ERROR_WORD.search(text)
+            or BOILERPLATE_RE.search(text)
+        ):
+            break
+        parts.append(text)
+        idx += 1
+    return " ".join(parts), idx
 
 
 # What ends a traceback: "pkg.mod.SomeError: message", "RayTaskError(ValueError): …", a bare

@@ -18,7 +18,7 @@ from typing import Literal, Protocol
 
 from bot.frames import FrameIndex, cut_frames
 from bot.i18n import t
-from bot.models import Distilled, Evidence, LogFacts, LogLine, Match, Verdict
+from bot.models import Distilled, Evidence, LogFacts, LogLine, Match, Verdict, WrappedLine
 from bot.versions import Versions, check_case, known_versions
 from indexer.text import mask
 from kb.loader import KnowledgeBase
@@ -197,6 +197,19 @@ class SignatureScanner:
                         bucket.append(SignatureHit(line, pattern))
         return hits
 
+    def scan_wrapped(self, wrapped: Iterable[WrappedLine], hits: dict[str, list[SignatureHit]]) -> None:
+        """Add the hits of signatures that match a soft-wrapped message only across its wrap."""
+        for w in wrapped:
+            if self._prefilter is not None and not self._prefilter.search(w.line.text):
+                continue
+            for case_id, pattern, compiled in self._patterns:
+                m = compiled.search(w.line.text)
+                if m is None or not m.start() < w.head_len < m.end():
+                    continue
+                bucket = hits.setdefault(case_id, [])
+                if len(bucket) < 5 and all(h.line.line_no != w.line.line_no for h in bucket):
+                    bucket.append(SignatureHit(w.line, pattern))
+
 
 _META = re.compile(r"\\[dDsSwWbBAZ]|\\.|[\^$.*+?()\[\]{}|]")
 
@@ -292,6 +305,8 @@ class Matcher:
         p = self.params
         known = known_versions(facts) if versions is None else versions
         sig_hits = self.scanner.scan(distilled.cleaned or distilled.evidence) if mode == "hybrid" else {}
+        if mode == "hybrid":
+            self.scanner.scan_wrapped(distilled.wrapped, sig_hits)
         retrieval = self._retrieval_scores(distilled.query, mode)
         self._add_plain_text_scores(retrieval, distilled, mode)
         # A traceback cut before its exception line: its innermost frames say where it failed.

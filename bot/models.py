@@ -36,6 +36,15 @@ class LogLine:
 
 
 @dataclass(frozen=True)
+class WrappedLine:
+    """An error line whose message a narrow terminal (or rich's console) wrapped onto the bare lines below it,
+    joined: signatures may match across the wrap, never inside one line alone (that line is scanned as it is)."""
+
+    line: LogLine  # at the first line's number, with the joined text
+    head_len: int  # length of the first line's text within it
+
+
+@dataclass(frozen=True)
 class Distilled:
     """What distillation keeps of a paste."""
 
@@ -50,6 +59,7 @@ class Distilled:
     truncated: bool = False  # the paste ends inside a traceback: its final exception line is missing
     # a short paste of nothing but logger INFO/DEBUG/WARNING lines: it is about them (a start-up hint alone)
     quiet_only: bool = False
+    wrapped: tuple[WrappedLine, ...] = ()  # soft-wrapped error messages, joined (for signature scanning)
 
 
 @dataclass(frozen=True)

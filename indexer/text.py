@@ -36,6 +36,8 @@ PREFIX_RE = re.compile("(?:" + "|".join(_PREFIXES) + ")")
 
 # Drain-style masks for the lexical/dense query. Order matters: paths before numbers.
 _MASKS = [
+    # PEP 3149 ABI tags name the Python build, not the failure: "__init__.cpython-39-x86_64-linux-gnu.so"
+    (re.compile(r"\.cpython-\d+\w*-[\w-]+(?=\.so\b)"), ""),
     (re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b", re.I), " <uuid> "),
     (re.compile(r"(?:(?<=\s)|^|(?<=[\"'(=]))(?:[A-Za-z]:)?(?:[~.]{0,2}/[^\s\"'():,]+)+/([^\s\"'():,/]+)"), r" <path>/\1 "),
     (re.compile(r"\b\d{1,3}(?:\.\d{1,3}){3}(?::\d+)?\b"), " <ip> "),
@@ -54,7 +56,9 @@ BOILERPLATE_RE = re.compile(
     r"^During handling of the above exception|This might cause deadlock in distributed execution|"
     r"Engine core initialization failed\. See root cause above|EngineCore failed to start\.?$|"
     r"^Traceback \(most recent call last\)|^Exception raised from \w+ at |^frame #\d+: |"
-    r"^\[rank\d+\]:\s*$|^\^+$|^~+\^*~*$"
+    r"^\[rank\d+\]:\s*$|^\^+$|^~+\^*~*$|"
+    # torch >= 2.4 prints this at the exit of almost every multi-GPU crash
+    r"destroy_process_group\(\) was not called before program exit"
 )
 
 

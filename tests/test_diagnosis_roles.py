@@ -266,3 +266,29 @@ def test_an_earlier_error_line_of_another_area_marks_two_failures(doctor) -> Non
     assert d.matches[0].case_id == "kv-cache-no-memory" and d.verdict == "uncertain"
     assert any(n.startswith("two failures: the error on line 1") for n in d.notes), d.notes
     assert doctor.match(later).verdict == "match"  # alone, the fingerprint is a confident answer
+
+
+# A message wrapped by a narrow terminal / rich console: the fingerprint spans three bare lines.
+WRAPPED_TP = """[05/02/25 10:11:12] ERROR    step 'generate_0' could not start       pipeline.py:88
+load failed: The number of required
+GPUs exceeds the total number of
+available GPUs in the placement group.
+"""
+
+
+def test_a_fingerprint_wrapped_over_bare_lines_is_found_across_the_wrap(doctor) -> None:
+    d = doctor.match(WRAPPED_TP)
+    top = d.matches[0]
+    assert top.case_id == "tp-exceeds-gpus" and top.signature_hit, [(m.case_id, m.score) for m in d.matches[:3]]
+    assert top.evidence[0].line_no == 2
+    assert "GPUs exceeds the total number of available GPUs" in top.evidence[0].text  # shown joined
+
+
+def test_a_fingerprint_on_the_next_line_is_not_credited_to_the_line_above(doctor) -> None:
+    # Two messages pasted one under the other: the second's fingerprint is its own line's, not a wrap's.
+    d = doctor.distil("RuntimeError: the first thing failed here\n" + KB.by_id()["tp-exceeds-gpus"].examples[0].log)[0]
+    hits = doctor.matcher.scanner.scan(d.cleaned)
+    wrapped_hits: dict[str, list] = {}
+    doctor.matcher.scanner.scan_wrapped(d.wrapped, wrapped_hits)
+    assert "tp-exceeds-gpus" in hits
+    assert "tp-exceeds-gpus" not in wrapped_hits  # the match lies wholly inside the second line

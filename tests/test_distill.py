@@ -251,3 +251,37 @@ def test_a_short_paste_of_logger_lines_only_is_quiet_only():
     assert distill(hint + "\n").quiet_only
     assert not distill(hint + "\nwhat is wrong with my deployment?").quiet_only
     assert not distill((hint + "\n") * 60).quiet_only  # a start-up log, not a question about one line
+
+
+def test_a_wrapped_error_message_is_joined_for_signatures_only() -> None:
+    log = "ERROR: load failed: The number of required\nGPUs exceeds the total number of\navailable GPUs in the group.\nnext"
+    d = distill(log)
+    assert [r.text for r in d.root_errors] == ["load failed: The number of required"]  # roots stay as pasted
+    (w,) = d.wrapped
+    assert w.line.line_no == 1 and w.head_len == len("load failed: The number of required")
+    assert w.line.text.endswith("available GPUs in the group.")  # stops at the sentence end, not at "next"
+
+
+@pytest.mark.parametrize(
+    "below",
+    [
+        "INFO 01-01 00:00:00 [core.py:1] a logger line starts its own record",
+        '  File "/x/vllm/config.py", line 3, in f',
+        "ValueError: another exception line",
+        "    indented code",
+        "",
+        "CUDA kernel errors might be asynchronously reported at some other API call",
+    ],
+)
+def test_a_line_that_starts_its_own_record_is_not_a_wrap(below: str) -> None:
+    assert distill(f"RuntimeError: something failed while loading\n{below}").wrapped == ()
+
+
+def test_abi_tags_and_exit_boilerplate_say_nothing_about_the_failure() -> None:
+    # "cpython-39-x86_64-linux-gnu" made a pydantic import error look like a libstdc++ one
+    assert "linux-gnu" not in mask("cannot import name 'RootModel' from 'pydantic' (/e/pydantic/__init__.cpython-39-x86_64-linux-gnu.so)")
+    assert "__init__.so" in mask("(/e/pydantic/__init__.cpython-311-aarch64-linux-gnu.so)")
+    exit_warning = ("[rank0]:[W806 21:01:24.443786282 ProcessGroupNCCL.cpp:1479] Warning: WARNING: destroy_process_group() "
+                    "was not called before program exit, which can leak resources.")
+    d = distill("ValueError: this model only supports versions 2.0 and 2.6\n" + exit_warning)
+    assert "destroy_process_group" not in d.query
