@@ -30,6 +30,8 @@ GENERIC = frozenset(
     "get_output_async request post get generate write __torch_function__ _run_in_subprocess check_returncode "
     "launch_model execute_method run_method _chec".split()
 )
+# A keyword spelled like a Python function (create_weights, _dummy_sampler_run): the author named a frame.
+_FUNCTION_KEYWORD = re.compile(r"^_*[a-z][a-z0-9]*(?:_[a-z0-9]+)+$")
 DEPTH_DECAY = 0.6  # weight of each frame relative to the one below it (the innermost frame counts most)
 FRAMES_READ = 6  # innermost frames of the cut traceback that are scored
 EXAMPLE_FRAMES = 2  # innermost frames taken from each traceback in a case's examples
@@ -118,7 +120,7 @@ class FrameIndex:
     def __init__(self, cases: Iterable[Case]):
         self.terms: dict[str, frozenset[str]] = {}
         for case in cases:
-            found = set(case.frames) | _example_terms(case)
+            found = set(case.frames) | _example_terms(case) | {k for k in case.keywords if _FUNCTION_KEYWORD.match(k)}
             if found:
                 self.terms[case.id] = frozenset(found)
         n = max(1, len(self.terms))

@@ -95,3 +95,12 @@ def test_bundled_frames_are_specific() -> None:
     crowded = {name: ids for name, ids in seen.items() if len(ids) > 3}
     assert not crowded, crowded
     assert sum(1 for c in KB.cases if c.frames) >= 60
+
+
+def test_keywords_spelled_like_functions_are_fingerprints_too() -> None:
+    case = _case("weights-a", []).model_copy(update={"keywords": ["make_layers", "host memory", "CUDA", "vllm._C"]})
+    index = FrameIndex([case, _case("other-b", ["load_model"])])
+    assert "make_layers" in index.terms["weights-a"]
+    assert not {"host memory", "CUDA", "vllm._C"} & index.terms["weights-a"]  # prose and modules stay keywords
+    cut = [Frame("make_layers", "vllm.model_executor.models.utils")]
+    assert index.scores(cut) == {"weights-a": pytest.approx(1.0)}
