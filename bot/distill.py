@@ -55,6 +55,8 @@ _CHAINED = re.compile(r"^(?:The above exception was the direct cause|During hand
 _ERROR_WORD = re.compile(r"(?i)\b(?:error|errors|failed|failure|fatal|refused|denied|not found|unable to)\b")
 _CJK = re.compile(r"[\u4e00-\u9fff]")
 _QUIET = ("info", "debug", "warning")
+# "`torch_dtype` is deprecated! Use `dtype` instead!": a deprecation notice is a warning with or without a prefix
+_DEPRECATION = re.compile(r"\bis deprecated\b|\bhas been deprecated\b|^\[DEPRECATED\]")
 _PY_WARNING = re.compile(r"^(?:\S+:\d+: [A-Z]\w*Warning: |warnings\.warn\(|\[W\d{3,4} )")
 
 
@@ -65,6 +67,8 @@ def _level(raw: str, stripped: str) -> LogLevel:
     if stripped.startswith("NCCL INFO") or "] NCCL INFO " in raw[:120]:  # NCCL_DEBUG=INFO chatter
         return "info"
     if _PY_WARNING.search(stripped):  # Python's warnings module and c10's "[W…]" lines: warnings, whatever the prefix
+        return "warning"
+    if _DEPRECATION.search(stripped) and not _ERROR_WORD.search(stripped):  # transformers logs these bare
         return "warning"
     if not prefix:
         return ""

@@ -82,9 +82,8 @@ def read_frames(lines: Sequence[LogLine]) -> list[Frame]:
 
 
 def cut_frames(distilled: Distilled) -> list[Frame]:
-    """The innermost frames of the traceback a truncated paste ends in, innermost first (empty otherwise)."""
-    if not distilled.truncated:
-        return []
+    """The innermost frames of a traceback no exception line closed, innermost first (empty when there is none):
+    the one a truncated paste ends in, or one cut off by other output (start-up lines, another process)."""
     lines = distilled.cleaned or distilled.evidence
     crash = [r.line_no for r in distilled.root_errors if r.level not in ("info", "debug", "warning")]
     after = max(crash, default=0)  # the cut traceback is the last one: frames after the last error line

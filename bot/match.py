@@ -308,7 +308,7 @@ class Matcher:
         if mode == "hybrid":
             self.scanner.scan_wrapped(distilled.wrapped, sig_hits)
         retrieval = self._retrieval_scores(distilled.query, mode)
-        self._add_plain_text_scores(retrieval, distilled, mode)
+        plain = self._add_plain_text_scores(retrieval, distilled, mode)
         # A traceback cut before its exception line: its innermost frames say where it failed.
         cut = cut_frames(distilled) if mode == "hybrid" else []
         frame_scores = self.frames.scores(cut)
@@ -334,6 +334,10 @@ class Matcher:
             for case_id in (*sig_hits, *proven)
             if case_id in self.cases
         )
+        # the asker's own lines (a title among start-up output) read like another case
+        plain_other = max(
+            (r for cid, r in plain.items() if cid in self.cases and self.cases[cid].role != "advisory"), default=0.0
+        )
         best_other = max(
             (r for cid, (r, _) in retrieval.items() if cid in self.cases and self.cases[cid].role != "advisory"),
             default=0.0,
@@ -354,7 +358,7 @@ class Matcher:
                     or bool(crashed - hit_lines)
                     # A hint on a start-up INFO/WARNING line, in a paste whose text reads more like another
                     # case: ordinary start-up output, not what the paste is about.
-                    or (all(h.line.level in _QUIET for h in hits) and best_other > r)
+                    or (all(h.line.level in _QUIET for h in hits) and (best_other > r or plain_other > plain.get(case_id, 0.0)))
                 )
             )
             if hits:
@@ -429,6 +433,9 @@ class Matcher:
             ranking_notes.append(
                 t("note.two_failures", distilled.language, line=first_failure.line_no, case=matches[0].case_id)
             )
+        if matches and not distilled.truncated and "frames" in matches[0].scores and "fact_rule" not in matches[0].scores:
+            # frames of a traceback whose exception line is missing are a guess, however rare their names
+            matches[0] = replace(matches[0], score=min(matches[0].score, round(self.thresholds.match - 0.01, 3)))
         if distilled.truncated and matches:
             top = matches[0]
             # A fingerprint on a message line (not a frame of the cut traceback) still stands on its own.
@@ -447,19 +454,22 @@ class Matcher:
 
     def _add_plain_text_scores(
         self, retrieval: dict[str, tuple[float, dict[str, float]]], distilled: Distilled, mode: Mode
-    ) -> None:
+    ) -> dict[str, float]:
         """A paste with no error line, whose few lines without a logger prefix (a title, the asker's words) sit
         among many logger lines: those lines are searched on their own as well, and each case keeps its better
-        score, so hundreds of start-up lines cannot drown what the asker wrote."""
+        score, so hundreds of start-up lines cannot drown what the asker wrote. Returns the scores of that
+        search alone (empty when it did not run)."""
         if any(r.level not in _QUIET for r in distilled.root_errors):
-            return
+            return {}
         plain = [e for e in distilled.evidence if e.level == "" and e.kind == "context" and not _FRAME_TEXT.search(e.text)]
         if not plain or len(plain) > PLAIN_TEXT_MAX or len(plain) == len(distilled.evidence):
-            return
+            return {}
         query = "\n".join(mask(e.text) for e in plain)
-        for case_id, (score, parts) in self._retrieval_scores(query, mode).items():
+        alone = self._retrieval_scores(query, mode)
+        for case_id, (score, parts) in alone.items():
             if score > retrieval.get(case_id, (0.0, {}))[0]:
                 retrieval[case_id] = (score, {**parts, "plain_text": 1.0})
+        return {case_id: score for case_id, (score, _) in alone.items()}
 
     @staticmethod
     def _earliest_cause(entries: list[_Entry], sig_hits: dict[str, list[SignatureHit]]) -> str | None:

@@ -292,3 +292,25 @@ def test_a_fingerprint_on_the_next_line_is_not_credited_to_the_line_above(doctor
     doctor.matcher.scanner.scan_wrapped(d.wrapped, wrapped_hits)
     assert "tp-exceeds-gpus" in hits
     assert "tp-exceeds-gpus" not in wrapped_hits  # the match lies wholly inside the second line
+
+
+def test_a_start_up_hint_yields_to_what_the_asker_wrote(doctor) -> None:
+    # Among start-up output that holds the enforce-eager hint (and transformers' bare deprecation notice), the
+    # asker's one line reads like another case: the hint is noticed on the side, not the answer.
+    # The whole paste reads more like the hint than like anything else; the asker's line alone does not.
+    title = "vllm 0.5.1 AsyncEngineDeadError"
+    graphs = ("INFO 09-21 10:00:{s:02d} [model_runner.py:1000] CUDA graphs can take additional 1~3 GiB memory per "
+              "GPU. If you are running out of memory, consider decreasing `gpu_memory_utilization` or enforcing eager mode.")
+    noise = [[*_WARNINGS, graphs][i % (len(_WARNINGS) + 1)].format(s=i % 60) for i in range(300)]
+    noise[150] = "`torch_dtype` is deprecated! Use `dtype` instead!"
+    d = doctor.match("\n".join(noise[:100] + [title] + noise[100:]))
+    assert d.matches[0].case_id == "engine-dead", [(m.case_id, m.score) for m in d.matches[:3]]
+    assert "enforce-eager-cuda-graphs-off" in [m.case_id for m in d.also_noticed]
+    assert "enforce-eager-cuda-graphs-off" not in [m.case_id for m in d.matches]
+
+
+def test_a_traceback_cut_off_by_later_output_is_still_read_from_its_frames(doctor) -> None:
+    later = "\n".join(f"INFO 06-01 10:00:{s:02d} [core.py:100] Automatically detected platform cuda." for s in range(5))
+    d = doctor.match(CUT_IN_VERIFY_QUANTIZATION + "\n" + later)
+    assert d.matches[0].case_id == "quantization-method-mismatch", [(m.case_id, m.score) for m in d.matches[:3]]
+    assert "frames" in d.matches[0].scores and d.verdict != "match"  # frames alone are a guess

@@ -285,3 +285,16 @@ def test_abi_tags_and_exit_boilerplate_say_nothing_about_the_failure() -> None:
                     "was not called before program exit, which can leak resources.")
     d = distill("ValueError: this model only supports versions 2.0 and 2.6\n" + exit_warning)
     assert "destroy_process_group" not in d.query
+
+
+@pytest.mark.parametrize(
+    ("line", "level"),
+    [
+        ("`torch_dtype` is deprecated! Use `dtype` instead!", "warning"),  # transformers logs it without a prefix
+        ("[DEPRECATED] Block manager v1 has been removed", "warning"),
+        ("the flag is deprecated and the server failed to start", ""),  # an error word: not a mere notice
+    ],
+)
+def test_a_bare_deprecation_notice_is_a_warning(line: str, level: str) -> None:
+    (kept,) = [e for e in distill(line).evidence if e.text == line]
+    assert kept.level == level
