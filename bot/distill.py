@@ -42,7 +42,7 @@ _FRAME_KEYWORDS = ('file "',)  # traceback frames, also those of a paste that st
 _TRACEBACK_START = re.compile(r"Traceback \(most recent call last\)")
 _FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+), in (\S+)')
 _EXCEPTION_LINE = re.compile(
-    r"^(?:[A-Za-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure|Fault|Warning)\b(?::|$)"
+    r"^(?:[A-Za-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure|Failed|Fault|Warning)\b(?::|$)"
 )
 _ROOT_MARKERS = re.compile(
     r"CUDA error|CUBLAS_STATUS|cudaError|NCCL WARN|NCCL error|nccl\w*Error|\bXid\b|Bus error|"

@@ -298,3 +298,8 @@ def test_abi_tags_and_exit_boilerplate_say_nothing_about_the_failure() -> None:
 def test_a_bare_deprecation_notice_is_a_warning(line: str, level: str) -> None:
     (kept,) = [e for e in distill(line).evidence if e.text == line]
     assert kept.level == level
+
+
+def test_an_exception_class_named_failed_is_a_root_error() -> None:
+    d = distill("torch._dynamo.exc.BackendCompilerFailed: backend='inductor' raised:\nsome later line")
+    assert [r.text for r in d.root_errors][:1] == ["torch._dynamo.exc.BackendCompilerFailed: backend='inductor' raised:"]
