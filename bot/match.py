@@ -139,6 +139,24 @@ class _Entry:
     notes: list[str] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class _PasteSignals:
+    """What one paste offers every candidate (Matcher._read_paste): computed once, read by Matcher._entry."""
+
+    sig_hits: dict[str, list[SignatureHit]]
+    retrieval: dict[str, tuple[float, dict[str, float]]]  # the paste's search (plus its plain lines' own)
+    plain: dict[str, float]  # the asker's plain lines searched on their own (empty when not run)
+    frame_scores: dict[str, float]  # fingerprints among the frames of a cut traceback
+    root_lines: frozenset[int]
+    crash_lines: frozenset[int]  # root errors that are not INFO/WARNING lines
+    crashed: frozenset[int]  # what an advisory cannot explain (0: a traceback was printed)
+    proven: dict[str, list[tuple[FactRule, str]]]
+    known: Versions
+    cause_evident: bool
+    plain_other: float
+    best_other: float
+
+
 def facts_mapping(facts: LogFacts | None) -> dict[str, FactValue | None]:
     """LogFacts → the names a rule may use (kb.rules.FACTS)."""
     if facts is None:
@@ -302,8 +320,38 @@ class Matcher:
 
         versions: package → version known for this paste (bot.versions.known_versions: the log's, then a
         host diagnosed in the same Slack thread); default: the versions in `facts`."""
-        p = self.params
-        known = known_versions(facts) if versions is None else versions
+        s = self._read_paste(distilled, mode, facts, versions)
+        entries = [
+            self._entry(case, s, distilled)
+            for case_id in set(s.sig_hits) | set(s.retrieval) | set(s.proven) | set(s.frame_scores)
+            if (case := self.cases.get(case_id)) is not None
+        ]
+        # An advisory whose signature fired on a paste that crashed for another reason is noticed, not an answer.
+        noticed = [e for e in entries if e.case.role == "advisory" and e.signature and e.unexplained and not e.strong]
+        entries = [e for e in entries if e not in noticed]
+        self._demote_secondary(entries)
+        earliest = self._earliest_cause(entries, s.sig_hits)
+        # Two failures in one paste: the earliest root error is the answer (what came after may be its
+        # consequence, or a second problem); score decides among the rest.
+        entries.sort(key=lambda e: (e.strong, e.case.id == earliest, e.score), reverse=True)
+        entries = [e for e in entries if e.score >= MIN_SCORE]  # near-zero candidates are noise
+
+        first_failure = (
+            self._unexplained_first_failure(entries, s.sig_hits, distilled, s.proven) if mode == "hybrid" else None
+        )
+        matches = [self._to_match(e, s.sig_hits, distilled, facts, s.proven) for e in entries[:TOP_K]]
+        ranking_notes = self._cap_top(matches, s, distilled, first_failure)
+        verdict = self.thresholds.verdict(matches[0].score) if matches else "unknown"
+        also = tuple(
+            self._to_match(e, s.sig_hits, distilled, facts, s.proven)
+            for e in sorted(noticed, key=lambda e: -e.score)[:3]
+        )
+        return Ranking(verdict, tuple(matches), also, tuple(ranking_notes))
+
+    def _read_paste(
+        self, distilled: Distilled, mode: Mode, facts: LogFacts | None, versions: Versions | None
+    ) -> _PasteSignals:
+        """Everything the per-case scoring needs, computed once per paste."""
         sig_hits = self.scanner.scan(distilled.cleaned or distilled.evidence) if mode == "hybrid" else {}
         if mode == "hybrid":
             self.scanner.scan_wrapped(distilled.wrapped, sig_hits)
@@ -311,146 +359,141 @@ class Matcher:
         plain = self._add_plain_text_scores(retrieval, distilled, mode)
         # A traceback cut before its exception line: its innermost frames say where it failed.
         cut = cut_frames(distilled) if mode == "hybrid" else []
-        frame_scores = self.frames.scores(cut)
-        root_lines = {r.line_no for r in distilled.root_errors}
         # Root errors in the strict sense: warnings that merely mention "error" explain no crash.
-        crash_lines = {r.line_no for r in distilled.root_errors if r.level not in ("info", "debug", "warning")}
+        crash_lines = frozenset(r.line_no for r in distilled.root_errors if r.level not in _QUIET)
         # What an advisory cannot explain: those, any exception named mid-line ("…报错ValueError: …"), and a
         # traceback the paste was cut inside.
-        crashed = crash_lines | {
+        crashed = set(crash_lines) | {
             ln.line_no
             for ln in (distilled.cleaned or distilled.evidence)
             if ln.level not in ("info", "debug") and _EXCEPTION_TEXT.search(ln.text)
         }
         if distilled.truncated or any(c.kind == "frame" for c in distilled.cleaned):
             crashed.add(0)  # a traceback was printed (even one cut before its exception line): something crashed
-        fact_values = facts_mapping(facts)
-        proven = self._proven_rules(fact_values) if mode == "hybrid" else {}
-        something_else_said = not distilled.quiet_only
+        proven = self._proven_rules(facts_mapping(facts)) if mode == "hybrid" else {}
 
-        # A cause whose fingerprint (or fact rule) is in the paste explains it: advisories yield to it.
-        cause_evident = any(
-            (case_id in sig_hits or case_id in proven) and self.cases[case_id].role == "cause"
-            for case_id in (*sig_hits, *proven)
-            if case_id in self.cases
+        def not_advisory(case_id: str) -> bool:
+            return case_id in self.cases and self.cases[case_id].role != "advisory"
+
+        return _PasteSignals(
+            sig_hits=sig_hits,
+            retrieval=retrieval,
+            plain=plain,
+            frame_scores=self.frames.scores(cut),
+            root_lines=frozenset(r.line_no for r in distilled.root_errors),
+            crash_lines=crash_lines,
+            crashed=frozenset(crashed),
+            proven=proven,
+            known=known_versions(facts) if versions is None else versions,
+            # A cause whose fingerprint (or fact rule) is in the paste explains it: advisories yield to it.
+            cause_evident=any(
+                case_id in self.cases and self.cases[case_id].role == "cause" for case_id in (*sig_hits, *proven)
+            ),
+            # the asker's own lines (a title among start-up output) read like another case
+            plain_other=max((r for cid, r in plain.items() if not_advisory(cid)), default=0.0),
+            best_other=max((r for cid, (r, _) in retrieval.items() if not_advisory(cid)), default=0.0),
         )
-        # the asker's own lines (a title among start-up output) read like another case
-        plain_other = max(
-            (r for cid, r in plain.items() if cid in self.cases and self.cases[cid].role != "advisory"), default=0.0
-        )
-        best_other = max(
-            (r for cid, (r, _) in retrieval.items() if cid in self.cases and self.cases[cid].role != "advisory"),
-            default=0.0,
-        )
-        entries: list[_Entry] = []
-        for case_id in set(sig_hits) | set(retrieval) | set(proven) | set(frame_scores):
-            case = self.cases.get(case_id)
-            if case is None:
-                continue
-            r, parts = retrieval.get(case_id, (0.0, {}))
-            parts = dict(parts)
-            hits = sig_hits.get(case_id, [])
-            hit_lines = {h.line.line_no for h in hits}
-            unexplained = bool(crash_lines - hit_lines) or (
-                case.role == "advisory"
-                and (
-                    cause_evident
-                    or bool(crashed - hit_lines)
-                    # A hint on a start-up INFO/WARNING line, in a paste whose text reads more like another
-                    # case: ordinary start-up output, not what the paste is about.
-                    or (all(h.line.level in _QUIET for h in hits) and (best_other > r or plain_other > plain.get(case_id, 0.0)))
-                )
+
+    def _entry(self, case: Case, s: _PasteSignals, distilled: Distilled) -> _Entry:
+        """One candidate's score: its strongest signal (signature by line kind, proven rule, retrieval, cut
+        frames), then version and feedback adjustments."""
+        p = self.params
+        case_id = case.id
+        r, parts = s.retrieval.get(case_id, (0.0, {}))
+        parts = dict(parts)
+        hits = s.sig_hits.get(case_id, [])
+        hit_lines = {h.line.line_no for h in hits}
+        quiet_hits = all(h.line.level in _QUIET for h in hits)
+        unexplained = bool(s.crash_lines - hit_lines) or (
+            case.role == "advisory"
+            and (
+                s.cause_evident
+                or bool(s.crashed - hit_lines)
+                # A hint on a start-up INFO/WARNING line, in a paste whose text reads more like another case:
+                # ordinary start-up output, not what the paste is about.
+                or (quiet_hits and (s.best_other > r or s.plain_other > s.plain.get(case_id, 0.0)))
             )
-            if hits:
-                if case.role == "symptom":
-                    base = p.signature_symptom
-                elif any(h.line.line_no in root_lines and h.line.level != "warning" for h in hits):
-                    base = p.signature_root
-                elif all(h.line.level in ("info", "debug", "warning") for h in hits):
-                    base = p.signature_info
-                else:
-                    base = p.signature_other
-                score = base + 0.2 * r
-                parts["signature"] = 1.0
+        )
+        if hits:
+            if case.role == "symptom":
+                base = p.signature_symptom
+            elif any(h.line.line_no in s.root_lines and h.line.level != "warning" for h in hits):
+                base = p.signature_root
+            elif quiet_hits:
+                base = p.signature_info
             else:
-                score = p.retrieval_scale * r
-            if case_id in frame_scores and not hits:
-                score += p.frame_weight * frame_scores[case_id]
-                parts["frames"] = round(frame_scores[case_id], 4)
-            if case_id in proven:
-                score = max(score, p.fact_rule + 0.1 * r)
-                parts["fact_rule"] = 1.0
-            # A signature (or proven rule) of a cause is the strongest evidence; an advisory counts as
-            # one only when nothing else in the paste crashed.
-            # A hint printed at start-up (INFO/WARNING) by every such deployment proves the setting, not that the
-            # paste is about it: on its own it is never a confident answer.
-            # (A paste of nothing but such lines is about them: then the hint is the answer.)
-            startup_hint = (
-                case.role == "advisory" and bool(hits) and case_id not in proven
-                and all(h.line.level in _QUIET for h in hits) and something_else_said
-            )
-            strong = bool(hits or case_id in proven) and not startup_hint and (
-                case.role == "cause" or (case.role == "advisory" and (not unexplained or case_id in proven))
-            )
-            if startup_hint:
-                score = min(score, self.thresholds.match - 0.01)
-            notes: list[str] = []
-            version = check_case(case.affects, case.fixed_in, known, distilled.language)  # bot/versions.py
-            if version.note:
-                notes.append(version.note)
-            if version.superseded:
-                score = max(0.0, score - p.fixed_version_penalty)
-                parts["fixed_version"] = -p.fixed_version_penalty
-            prior = self._prior(case_id)
-            if prior:
-                score = max(0.0, score + prior)
-                parts["prior"] = round(prior, 4)
-            parts["score"] = round(score, 4)
-            entries.append(_Entry(case, score, strong, bool(hits), unexplained, parts, notes))
+                base = p.signature_other
+            score = base + 0.2 * r
+            parts["signature"] = 1.0
+        else:
+            score = p.retrieval_scale * r
+        if case_id in s.frame_scores and not hits:
+            score += p.frame_weight * s.frame_scores[case_id]
+            parts["frames"] = round(s.frame_scores[case_id], 4)
+        if case_id in s.proven:
+            score = max(score, p.fact_rule + 0.1 * r)
+            parts["fact_rule"] = 1.0
+        # A signature (or proven rule) of a cause is the strongest evidence; an advisory counts as one only
+        # when nothing else in the paste crashed.
+        # A hint printed at start-up (INFO/WARNING) by every such deployment proves the setting, not that the
+        # paste is about it: on its own it is never a confident answer.
+        # (A paste of nothing but such lines is about them: then the hint is the answer.)
+        startup_hint = (
+            case.role == "advisory" and bool(hits) and case_id not in s.proven
+            and quiet_hits and not distilled.quiet_only
+        )
+        strong = bool(hits or case_id in s.proven) and not startup_hint and (
+            case.role == "cause" or (case.role == "advisory" and (not unexplained or case_id in s.proven))
+        )
+        if startup_hint:
+            score = min(score, self.thresholds.match - 0.01)
+        notes: list[str] = []
+        version = check_case(case.affects, case.fixed_in, s.known, distilled.language)  # bot/versions.py
+        if version.note:
+            notes.append(version.note)
+        if version.superseded:
+            score = max(0.0, score - p.fixed_version_penalty)
+            parts["fixed_version"] = -p.fixed_version_penalty
+        prior = self._prior(case_id)
+        if prior:
+            score = max(0.0, score + prior)
+            parts["prior"] = round(prior, 4)
+        parts["score"] = round(score, 4)
+        return _Entry(case, score, strong, bool(hits), unexplained, parts, notes)
 
-        # An advisory whose signature fired on a paste that crashed for another reason is noticed, not an answer.
-        noticed = [e for e in entries if e.case.role == "advisory" and e.signature and e.unexplained and not e.strong]
-        entries = [e for e in entries if e not in noticed]
-        self._demote_secondary(entries)
-        earliest = self._earliest_cause(entries, sig_hits)
-        # Two failures in one paste: the earliest root error is the answer (what came after may be its
-        # consequence, or a second problem); score decides among the rest.
-        entries.sort(key=lambda e: (e.strong, e.case.id == earliest, e.score), reverse=True)
-        entries = [e for e in entries if e.score >= MIN_SCORE]  # near-zero candidates are noise
+    def _cap_top(
+        self, matches: list[Match], s: _PasteSignals, distilled: Distilled, first_failure: LogLine | None
+    ) -> list[str]:
+        """Keep the top answer below `match` where its evidence cannot carry one (in place); the notes that
+        say why."""
+        if not matches:
+            return []
+        below_match = round(self.thresholds.match - 0.01, 3)
 
-        first_failure = self._unexplained_first_failure(entries, sig_hits, distilled, proven) if mode == "hybrid" else None
-        matches = [self._to_match(e, sig_hits, distilled, facts, proven) for e in entries[:TOP_K]]
+        def cap() -> None:
+            matches[0] = replace(matches[0], score=min(matches[0].score, below_match))
+
+        notes: list[str] = []
         if first_failure is not None:  # two failures: the later one's fingerprint is no confident answer
-            matches[0] = replace(matches[0], score=min(matches[0].score, round(self.thresholds.match - 0.01, 3)))
-        if len(matches) >= 2 and not matches[0].signature_hit and "fact_rule" not in matches[0].scores:
-            # Retrieval alone is only trusted when it clearly separates the best case from the next one;
-            # two close candidates mean "uncertain", never a confident answer.
-            if matches[0].score - matches[1].score < p.retrieval_margin:
-                capped = min(matches[0].score, round(self.thresholds.match - 0.01, 3))
-                matches[0] = replace(matches[0], score=capped)
-        ranking_notes: list[str] = []
-        if first_failure is not None and matches:
-            ranking_notes.append(
-                t("note.two_failures", distilled.language, line=first_failure.line_no, case=matches[0].case_id)
-            )
-        if matches and not distilled.truncated and "frames" in matches[0].scores and "fact_rule" not in matches[0].scores:
-            # frames of a traceback whose exception line is missing are a guess, however rare their names
-            matches[0] = replace(matches[0], score=min(matches[0].score, round(self.thresholds.match - 0.01, 3)))
-        if distilled.truncated and matches:
-            top = matches[0]
+            cap()
+            notes.append(t("note.two_failures", distilled.language, line=first_failure.line_no, case=matches[0].case_id))
+        top = matches[0]
+        # Retrieval alone is only trusted when it clearly separates the best case from the next one; two close
+        # candidates mean "uncertain", never a confident answer.
+        if (len(matches) >= 2 and not top.signature_hit and "fact_rule" not in top.scores
+                and top.score - matches[1].score < self.params.retrieval_margin):
+            cap()
+        if not distilled.truncated and "frames" in top.scores and "fact_rule" not in top.scores:
+            cap()  # frames of a traceback whose exception line is missing are a guess, however rare their names
+        if distilled.truncated:
             # A fingerprint on a message line (not a frame of the cut traceback) still stands on its own.
             complete = "fact_rule" in top.scores or any(
-                h.line.kind != "frame" and not _FRAME_TEXT.search(h.line.text) for h in sig_hits.get(top.case_id, [])
+                h.line.kind != "frame" and not _FRAME_TEXT.search(h.line.text) for h in s.sig_hits.get(top.case_id, [])
             )
-            ranking_notes.append(t("note.truncated_answered" if complete else "note.truncated", distilled.language))
+            notes.append(t("note.truncated_answered" if complete else "note.truncated", distilled.language))
             if not complete:  # frames alone never make a confident answer
-                matches[0] = replace(top, score=min(top.score, round(self.thresholds.match - 0.01, 3)))
-        verdict = self.thresholds.verdict(matches[0].score) if matches else "unknown"
-        also = tuple(
-            self._to_match(e, sig_hits, distilled, facts, proven)
-            for e in sorted(noticed, key=lambda e: -e.score)[:3]
-        )
-        return Ranking(verdict, tuple(matches), also, tuple(ranking_notes))
+                cap()
+        return notes
 
     def _add_plain_text_scores(
         self, retrieval: dict[str, tuple[float, dict[str, float]]], distilled: Distilled, mode: Mode
