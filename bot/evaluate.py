@@ -4,7 +4,9 @@ The labelled logs are split by source repository (grouped k-fold, bot/eval_tunin
 tuned on the training folds only and each log is scored with the params tuned without its repository.
 Reported per variant (bot/eval_variants.py: clean, noisy, truncated, two-failures): the pooled held-back
 metrics and their spread over the folds, then the gap between tuning and held-back numbers, then the
-single retrievers (hybrid / rrf / bm25 / dense) with the untuned default params for comparison.
+single retrievers (hybrid / rrf / bm25 / dense) with the untuned default params for comparison. A blind
+round beside the labelled file (blind.jsonl: logs collected after tuning) is scored apart, with the shipped
+params.
 """
 
 from __future__ import annotations
@@ -45,6 +47,9 @@ RETRIEVERS: tuple[tuple[str, Mode, Fusion], ...] = (
 )
 DEFAULT_FOLDS = 5
 WARNINGS_FILE = "startup_warnings.txt"
+# Logs collected after the matcher was tuned, labelled and committed before their first run: scored with the
+# shipped MatchParams only, never tuned on, never folded into the k-fold set (tests/eval/README.md "Blind round").
+BLIND_FILE = "blind.jsonl"
 
 
 def load_labelled(path: Path) -> list[dict[str, Any]]:
@@ -132,6 +137,13 @@ def _variant_logs(items: Sequence[LabelledLog], variant: str, noise: StartupNois
     raise UserInputError(f"unknown variant {variant!r}; choose from {', '.join(VARIANTS)}")
 
 
+def _check_labels(doctor: Pipeline, items: Sequence[LabelledLog]) -> None:
+    known = set(doctor.kb.by_id())
+    unknown_labels = sorted({it.expected for it in items if it.expected and it.expected not in known})
+    if unknown_labels:
+        raise UserInputError(f"labels not in the KB: {', '.join(unknown_labels)}")
+
+
 def evaluate(
     doctor: Pipeline,
     items: Sequence[LabelledLog],
@@ -140,10 +152,7 @@ def evaluate(
     variants: Sequence[str] = VARIANTS,
     retrievers: bool = True,
 ) -> EvalReport:
-    known = set(doctor.kb.by_id())
-    unknown_labels = sorted({it.expected for it in items if it.expected and it.expected not in known})
-    if unknown_labels:
-        raise UserInputError(f"labels not in the KB: {', '.join(unknown_labels)}")
+    _check_labels(doctor, items)
     if not items:
         raise UserInputError("no labelled logs")
     matching = CachedMatching(doctor.kb, doctor.index, doctor.distil)
@@ -160,11 +169,8 @@ def evaluate(
             o = matching.outcome(log, it.expected, params)
             pooled.append(o)
             by_fold.setdefault(f, []).append(o)
-            best = o.ranked[0] if o.ranked else None
-            if it.expected and best != it.expected:
-                misses.append(f"{it.id}: expected {it.expected}, got {best} ({o.verdict})")
-            elif not it.expected and o.verdict == "match":
-                misses.append(f"{it.id}: uncovered but matched {best}")
+            if (miss := _miss(it, o)) is not None:
+                misses.append(miss)
         fold_metrics = [Metrics.of(os_) for _, os_ in sorted(by_fold.items())]
         report.variants[variant] = VariantResult(
             variant,
@@ -180,6 +186,41 @@ def evaluate(
             outcomes = [matching.outcome(it.log, it.expected, defaults, mode, fusion) for it in items]
             report.retrievers.append((name, Metrics.of(outcomes)))
     return report
+
+
+def _miss(it: LabelledLog, o: Outcome) -> str | None:
+    best = o.ranked[0] if o.ranked else None
+    if it.expected and best != it.expected:
+        return f"{it.id}: expected {it.expected}, got {best} ({o.verdict})"
+    if not it.expected and o.verdict == "match":
+        return f"{it.id}: uncovered but matched {best}"
+    return None
+
+
+@dataclass(frozen=True)
+class BlindResult:
+    variant: str
+    metrics: Metrics
+    misses: tuple[str, ...]
+
+
+def score_blind(
+    matching: CachedMatching, items: Sequence[LabelledLog], noise: StartupNoise | None, variants: Sequence[str]
+) -> list[BlindResult]:
+    """The blind round, per variant, with the shipped MatchParams: what a new user's logs get today."""
+    params = MatchParams()
+    out = []
+    for variant in variants:
+        outcomes, misses = [], []
+        for it, log in zip(items, _variant_logs(items, variant, noise), strict=True):
+            if log is None:
+                continue
+            o = matching.outcome(log, it.expected, params)
+            outcomes.append(o)
+            if (miss := _miss(it, o)) is not None:
+                misses.append(miss)
+        out.append(BlindResult(variant, Metrics.of(outcomes), tuple(misses)))
+    return out
 
 
 # -- output -------------------------------------------------------------------------------------------
@@ -241,6 +282,19 @@ def report_json(report: EvalReport) -> dict[str, Any]:
     }
 
 
+def format_blind(results: Sequence[BlindResult], n_logs: int, n_repos: int) -> str:
+    rows = [
+        f"\nblind round ({BLIND_FILE}: {n_logs} logs from {n_repos} repositories, collected after tuning, "
+        "scored with the shipped MatchParams, never tuned on)",
+        "| variant | covered | uncovered | " + " | ".join(_LABELS[m] for m in METRIC_NAMES) + " |",
+        "|---|---|---|" + "---|" * len(METRIC_NAMES),
+    ]
+    for r in results:
+        cells = [f"{r.metrics.value(m):.3f}" for m in METRIC_NAMES]
+        rows.append(f"| {r.variant} | {r.metrics.n_covered} | {r.metrics.n_uncovered} | " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
 def sweep(outcomes: Sequence[Outcome], thresholds: tuple[float, ...] = (0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85)) -> str:
     """How the 'match' threshold trades answered-and-right against confident-wrong (held-back scores)."""
     total = len(outcomes) or 1
@@ -276,17 +330,28 @@ def run_eval(args: argparse.Namespace, doctor: Pipeline) -> int:
     if args.folds < 2:
         raise UserInputError("--folds must be at least 2")
     report = evaluate(doctor, items, noise, k=args.folds, variants=variants)
+    blind_path = path.parent / BLIND_FILE
+    blind_items = labelled_logs(load_labelled(blind_path)) if blind_path.is_file() and blind_path != path else []
+    _check_labels(doctor, blind_items)
+    blind = score_blind(report.matching, blind_items, noise, variants) if blind_items and report.matching else []
     if args.json:
-        print(json.dumps(report_json(report), indent=2))
+        out = report_json(report)
+        if blind:
+            out["blind"] = {r.variant: r.metrics.as_dict() for r in blind}
+        print(json.dumps(out, indent=2))
     else:
         print(format_report(report))
+        if blind:
+            print(format_blind(blind, len(blind_items), len({it.repo for it in blind_items})))
     if getattr(args, "sweep", False):
         print(sweep(report.sweep_outcomes))
     if args.errors:
-        for v in report.variants.values():
-            if v.misses:
-                print(f"\n{v.variant} held-back misses:", file=sys.stderr)
-                for miss in v.misses:
+        for name, misses in [(f"{v.variant} held-back", v.misses) for v in report.variants.values()] + [
+            (f"blind {r.variant}", r.misses) for r in blind
+        ]:
+            if misses:
+                print(f"\n{name} misses:", file=sys.stderr)
+                for miss in misses:
                     print("  " + miss, file=sys.stderr)
     _score_question_set(args, path, doctor)
     return _check_floors(args, report)

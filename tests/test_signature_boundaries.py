@@ -1,0 +1,67 @@
+"""Where a fingerprint stops: lines that must hit a case and look-alikes that belong to another one.
+
+The lines are the message forms Python and argparse print (not eval logs); each negative is a neighbour case's
+wording that an over-wide pattern would steal."""
+
+from __future__ import annotations
+
+import pytest
+
+from bot.distill import distill
+from bot.match import SignatureScanner
+from kb.loader import load_kb
+
+KB = load_kb()
+SCANNER = SignatureScanner(KB.cases)
+
+
+def _cases_hit(text: str) -> set[str]:
+    distilled = distill(text)
+    return set(SCANNER.scan(distilled.cleaned or distilled.evidence))
+
+
+@pytest.mark.parametrize(
+    ("line", "case_id"),
+    [
+        # code written for another vLLM release
+        ("ImportError: cannot import name 'SamplingMetadata' from 'vllm.model_executor' (/x/vllm/model_executor/__init__.py)",
+         "vllm-api-version-mismatch"),
+        ("ModuleNotFoundError: No module named 'vllm.worker'", "vllm-api-version-mismatch"),
+        ("ModuleNotFoundError: No module named 'vllm.entrypoints.openai.engine'", "vllm-api-version-mismatch"),
+        ("TypeError: AsyncEngineArgs.__init__() got an unexpected keyword argument 'engine_use_ray'",
+         "vllm-api-version-mismatch"),
+        ("TypeError: LLM.generate() got an unexpected keyword argument 'prompt_token_ids'", "vllm-api-version-mismatch"),
+        ("AttributeError: 'LLMEngine' object has no attribute 'model_executor'", "vllm-api-version-mismatch"),
+        # argparse refusing a value this release does not know
+        ("vllm serve: error: argument --tool-call-parser: invalid choice: 'glm45' (choose from 'hermes', 'mistral')",
+         "cli-unrecognized-arguments"),
+        ("vllm: error: unrecognized arguments: --omni", "cli-unrecognized-arguments"),
+        # vLLM's registry when neither a native class nor the Transformers fallback can run the model
+        ("ValueError: T5Model has no vLLM implementation and the Transformers implementation is not compatible with vLLM.",
+         "unsupported-architecture"),
+    ],
+)
+def test_line_hits_its_case(line: str, case_id: str) -> None:
+    assert case_id in _cases_hit(line)
+
+
+@pytest.mark.parametrize(
+    ("line", "not_case"),
+    [
+        # a package every release ships, missing: a broken or shadowed install, not a moved module
+        ("ModuleNotFoundError: No module named 'vllm.entrypoints'", "vllm-api-version-mismatch"),
+        ("ModuleNotFoundError: No module named 'vllm._C'", "vllm-api-version-mismatch"),
+        ("ModuleNotFoundError: No module named 'vllm._version'", "vllm-api-version-mismatch"),
+        # a top-level name missing from 'vllm' itself: a source tree shadows the install
+        ("ImportError: cannot import name 'activation_ops' from 'vllm'", "vllm-api-version-mismatch"),
+        ("ImportError: cannot import name 'cuda_utils' from partially initialized module 'vllm'", "vllm-api-version-mismatch"),
+        # another library's class whose name ends like a vLLM one
+        ("AttributeError: 'VLLM' object has no attribute 'AUTO_MODEL_CLASS'", "vllm-api-version-mismatch"),
+        ("TypeError: VLLMModelConfig.__init__() got an unexpected keyword argument 'temperature'", "vllm-api-version-mismatch"),
+        # another program's argparse
+        ("TRL CLI: error: argument command: invalid choice: 'vllm-serve' (choose from 'chat', 'dpo')",
+         "cli-unrecognized-arguments"),
+    ],
+)
+def test_look_alike_stays_out(line: str, not_case: str) -> None:
+    assert not_case not in _cases_hit(line)
