@@ -60,6 +60,28 @@ _DEPRECATION = re.compile(r"\bis deprecated\b|\bhas been deprecated\b|^\[DEPRECA
 _PY_WARNING = re.compile(r"^(?:\S+:\d+: [A-Z]\w*Warning: |warnings\.warn\(|\[W\d{3,4} )")
 
 
+# IPython / Jupyter print tracebacks in their own layout ("ValueError   Traceback (most recent call last)",
+# "Cell In[1], line 4", "File ~/…/vllm/utils.py:1022, in inner(*args)", "----> 4 llm = LLM(…)"). They are
+# rewritten line for line into Python's layout, so one traceback grammar serves both (line numbers unchanged).
+_IPY_MARK = re.compile(r"^(?:Cell In\[\d+\], line \d+|Input In \[\d+\], in )|\S\s{8,}Traceback \(most recent call last\)", re.M)
+_IPY_REWRITES = (
+    # the class name stays: a paste cut inside the traceback has nothing else to name the failure
+    (re.compile(r"^([A-Za-z_][\w.]*)\s{2,}(Traceback \(most recent call last\))\s*$", re.M), r"\1: \2:"),
+    (re.compile(r"^Cell In\[(\d+)\], line (\d+)\s*$", re.M), r'  File "<cell In[\1]>", line \2, in <module>'),
+    (re.compile(r"^Input In \[(\d+)\], in <cell line: (\d+)>\(\)\s*$", re.M), r'  File "<cell In[\1]>", line \2, in <module>'),
+    (re.compile(r"^File (\S[^\n]*?):(\d+), in ([\w.<>]+)[^\n]*$", re.M), r'  File "\1", line \2, in \3'),
+    (re.compile(r"^(-*> ?\d+ )", re.M), r"    \1"),
+)
+
+
+def _ipython_as_python(text: str) -> str:
+    if not _IPY_MARK.search(text):
+        return text
+    for pattern, replacement in _IPY_REWRITES:
+        text = pattern.sub(replacement, text)
+    return text
+
+
 def _level(raw: str, stripped: str) -> LogLevel:
     """The logger level named by the prefix that clean_line removed ("" when there is none)."""
     i = raw.find(stripped[:40])
@@ -144,6 +166,7 @@ def distill(paste: Paste | str, notes: tuple[str, ...] = (), keywords: tuple[str
         text = strip_ansi(text)
     if "\r" in text:
         text = text.replace("\r\n", "\n").replace("\r", "\n")
+    text = _ipython_as_python(text)
     lines = text.split("\n")
     interesting = _with_lines_after_frames(_interesting_lines(text.lower(), (*keywords, *_FRAME_KEYWORDS)), lines)
     cjk = sum(1 for _ in islice(_CJK.finditer(text), 6))
@@ -178,12 +201,19 @@ def distill(paste: Paste | str, notes: tuple[str, ...] = (), keywords: tuple[str
             # "Exception in worker …: NCCL error: …, Traceback (most recent call last):" carries the
             # error itself before the traceback header: keep that part as a root line too.
             head = stripped[: tb.start()].rstrip(" ,:;")
-            if len(head) > 15 and mask(head) not in seen:
+            # A bare class name (IPython's header) is only the root when the exception line is missing.
+            bare_class = bool(_EXCEPTION_LINE.match(head)) and " " not in head
+            if len(head) > 15 and not bare_class and mask(head) not in seen:
                 seen.add(mask(head))
                 line = LogLine(idx + 1, head, "root")
                 roots.append(line)
                 _keep(candidates, head_candidates, line)
             exc, frames, next_free = _walk_traceback(lines, idx + 1)
+            if exc is None and bare_class and mask(head) not in seen:
+                seen.add(mask(head))
+                line = LogLine(idx + 1, head, "root")
+                roots.append(line)
+                _keep(candidates, head_candidates, line)
             # Every frame stays visible to signatures (a fingerprint is often a frame: capture_model, a
             # Windows path), whether or not the traceback reached its exception line.
             for frame in frames:

@@ -329,7 +329,7 @@ class Matcher:
         # An advisory whose signature fired on a paste that crashed for another reason is noticed, not an answer.
         noticed = [e for e in entries if e.case.role == "advisory" and e.signature and e.unexplained and not e.strong]
         entries = [e for e in entries if e not in noticed]
-        self._demote_secondary(entries)
+        self._demote_secondary(entries, s)
         earliest = self._earliest_cause(entries, s.sig_hits)
         # Two failures in one paste: the earliest root error is the answer (what came after may be its
         # consequence, or a second problem); score decides among the rest.
@@ -568,10 +568,19 @@ class Matcher:
             return None  # it reads like the top case nearly as much: one failure told twice
         return earlier
 
-    def _demote_secondary(self, entries: list[_Entry]) -> None:
+    def _demote_secondary(self, entries: list[_Entry], s: _PasteSignals) -> None:
         """A symptom never outranks a cause with evidence; an advisory never tops a paste that crashed."""
         p = self.params
-        evidenced = [e.score for e in entries if e.case.role == "cause" and (e.strong or e.score >= p.uncertain_threshold)]
+        # When symptom fingerprints account for every error line, a cause that merely reads alike is no evidence
+        # (a paste of "failed to be inspected" alone is answered by the symptom: the real error is not in it).
+        symptom_lines = {
+            h.line.line_no for e in entries if e.case.role == "symptom" for h in s.sig_hits.get(e.case.id, [])
+        }
+        all_symptom = bool(s.crash_lines) and s.crash_lines <= symptom_lines
+        evidenced = [
+            e.score for e in entries
+            if e.case.role == "cause" and (e.strong or (e.score >= p.uncertain_threshold and not all_symptom))
+        ]
         non_advisory = [e.score for e in entries if e.case.role != "advisory"]
         for e in entries:
             if e.case.role == "symptom" and evidenced:

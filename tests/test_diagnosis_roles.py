@@ -85,6 +85,18 @@ def test_symptom_points_to_the_earlier_root_error(doctor) -> None:
     assert sym.evidence[0].why.startswith("earlier root error") and sym.evidence[0].line_no == 1
 
 
+def test_a_symptom_that_is_the_whole_paste_is_not_displaced_by_a_look_alike_cause(doctor) -> None:
+    """"failed to be inspected" alone reads like unsupported-architecture, but only the symptom explains it; with
+    the subprocess's own error in the paste, that error's cause is the answer."""
+    line = "ValueError: Model architectures ['Qwen2ForCausalLM'] failed to be inspected. Please check the logs for more details."
+    alone = doctor.match(line)
+    assert alone.best is not None and alone.best.case_id == "model-inspection-failed"
+    assert any("does not show the earlier root error" in n for n in alone.best.notes)
+    child = "ImportError: libcudart.so.12: cannot open shared object file: No such file or directory"
+    both = doctor.match(child + "\n" + line)
+    assert both.best is not None and both.best.case_id == "cuda-runtime-lib-missing"
+
+
 def test_fact_rule_proves_a_case_without_any_error_line(doctor) -> None:
     log = (
         "INFO 04-27 10:11:03 llm_engine.py:70] Initializing an LLM engine with config: model='/m/Qwen-7B', "

@@ -303,3 +303,38 @@ def test_a_bare_deprecation_notice_is_a_warning(line: str, level: str) -> None:
 def test_an_exception_class_named_failed_is_a_root_error() -> None:
     d = distill("torch._dynamo.exc.BackendCompilerFailed: backend='inductor' raised:\nsome later line")
     assert [r.text for r in d.root_errors][:1] == ["torch._dynamo.exc.BackendCompilerFailed: backend='inductor' raised:"]
+
+
+# A notebook's traceback (IPython's layout), shaped like those pasted from Jupyter.
+_IPYTHON = """---------------------------------------------------------------------------
+ValueError                                Traceback (most recent call last)
+Cell In[1], line 4
+      1 from vllm import LLM
+----> 4 llm = LLM(model="org/model", tensor_parallel_size=4)
+
+File ~/envs/vllm/lib/python3.12/site-packages/vllm/utils.py:1022, in deprecate_args.<locals>.wrapper.<locals>.inner(*args, **kwargs)
+   1020         )
+-> 1022 return fn(*args, **kwargs)
+
+File ~/envs/vllm/lib/python3.12/site-packages/vllm/model_executor/models/registry.py:317, in _ModelRegistry._raise_for_unsupported(self, architectures)
+"""
+
+
+def test_an_ipython_traceback_is_read_like_a_python_one() -> None:
+    whole = distill(_IPYTHON + "ValueError: Model architectures ['FooForCausalLM'] are not supported for now.\n")
+    assert [r.text for r in whole.root_errors] == [
+        "ValueError: Model architectures ['FooForCausalLM'] are not supported for now."
+    ]
+    assert not whole.truncated
+    assert "_raise_for_unsupported" in whole.query  # the innermost frame's function, not its signature's arguments
+    cut = distill(_IPYTHON)
+    assert cut.truncated  # the exception line is missing: no code line or cell header stands in for it
+    assert not any("Cell In" in r.text or "---->" in r.text for r in cut.root_errors)
+    frames = [c.text for c in cut.cleaned if c.kind == "frame"]
+    assert any('File "~/envs/vllm/lib/python3.12/site-packages/vllm/utils.py", line 1022, in deprecate_args' in f
+               for f in frames)
+
+
+def test_ipython_layout_is_only_rewritten_where_a_notebook_printed_it() -> None:
+    line = "File ~/notes.txt:12, in a sentence someone wrote"
+    assert [c.text for c in distill(line).cleaned] == [line]  # no cell header, no IPython traceback: left as is

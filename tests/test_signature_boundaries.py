@@ -39,6 +39,20 @@ def _cases_hit(text: str) -> set[str]:
         # vLLM's registry when neither a native class nor the Transformers fallback can run the model
         ("ValueError: T5Model has no vLLM implementation and the Transformers implementation is not compatible with vLLM.",
          "unsupported-architecture"),
+        # vLLM's own check of --tool-call-parser, after argparse accepted the string
+        ("KeyError: 'invalid tool call parser: kimi_k2 (chose from { hermes,mistral })'", "cli-unrecognized-arguments"),
+        # a library written for V0 passing per-request logits processors to the V1 engine
+        ("ValueError: vLLM V1 does not support per request user provided logits processors.", "vllm-api-version-mismatch"),
+        # a supported architecture whose import crashed in vLLM's inspection subprocess
+        ("ValueError: Model architectures ['Qwen2ForCausalLM'] failed to be inspected. Please check the logs for more details.",
+         "model-inspection-failed"),
+        ("ERROR 02-13 15:12:54 registry.py:299] Error in inspecting model architecture 'Qwen2ForCausalLM'",
+         "model-inspection-failed"),
+        # the lines of torch's "GPU not supported by this build" warning below its first one
+        ("The current PyTorch install supports CUDA capabilities sm_50 sm_60 sm_70 sm_75 sm_80 sm_86 sm_90.",
+         "no-kernel-image"),
+        ("If you want to use the NVIDIA GeForce RTX 5070 Ti GPU with PyTorch, please check the instructions at "
+         "https://pytorch.org/get-started/locally/", "no-kernel-image"),
     ],
 )
 def test_line_hits_its_case(line: str, case_id: str) -> None:
@@ -61,6 +75,12 @@ def test_line_hits_its_case(line: str, case_id: str) -> None:
         # another program's argparse
         ("TRL CLI: error: argument command: invalid choice: 'vllm-serve' (choose from 'chat', 'dpo')",
          "cli-unrecognized-arguments"),
+        # an inspection that crashed says nothing about whether vLLM supports the architecture
+        ("ValueError: Model architectures ['Qwen2ForCausalLM'] failed to be inspected. Please check the logs for more details.",
+         "unsupported-architecture"),
+        # a supported GPU named in another tool's hint
+        ("If you want to use the GPU with TensorFlow, please check the instructions at https://www.tensorflow.org/install",
+         "no-kernel-image"),
     ],
 )
 def test_look_alike_stays_out(line: str, not_case: str) -> None:
