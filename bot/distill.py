@@ -63,23 +63,43 @@ _PY_WARNING = re.compile(r"^(?:\S+:\d+: [A-Z]\w*Warning: |warnings\.warn\(|\[W\d
 # IPython / Jupyter print tracebacks in their own layout ("ValueError   Traceback (most recent call last)",
 # "Cell In[1], line 4", "File ~/…/vllm/utils.py:1022, in inner(*args)", "----> 4 llm = LLM(…)"). They are
 # rewritten line for line into Python's layout, so one traceback grammar serves both (line numbers unchanged).
-_IPY_MARK = re.compile(r"^(?:Cell In\[\d+\], line \d+|Input In \[\d+\], in )|\S\s{8,}Traceback \(most recent call last\)", re.M)
+_TRACEBACK_HEADER = "Traceback (most recent call last)"
+_IPY_HEADER_HEAD = re.compile(r"[A-Za-z_][\w.]*\s{2,}")  # what precedes the header on IPython's header line
 _IPY_REWRITES = (
     # the class name stays: a paste cut inside the traceback has nothing else to name the failure
-    (re.compile(r"^([A-Za-z_][\w.]*)\s{2,}(Traceback \(most recent call last\))\s*$", re.M), r"\1: \2:"),
-    (re.compile(r"^Cell In\[(\d+)\], line (\d+)\s*$", re.M), r'  File "<cell In[\1]>", line \2, in <module>'),
-    (re.compile(r"^Input In \[(\d+)\], in <cell line: (\d+)>\(\)\s*$", re.M), r'  File "<cell In[\1]>", line \2, in <module>'),
-    (re.compile(r"^File (\S[^\n]*?):(\d+), in ([\w.<>]+)[^\n]*$", re.M), r'  File "\1", line \2, in \3'),
-    (re.compile(r"^(-*> ?\d+ )", re.M), r"    \1"),
+    (re.compile(r"^([A-Za-z_][\w.]*)\s{2,}(Traceback \(most recent call last\))\s*$"), r"\1: \2:"),
+    (re.compile(r"^Cell In\[(\d+)\], line (\d+)\s*$"), r'  File "<cell In[\1]>", line \2, in <module>'),
+    (re.compile(r"^Input In \[(\d+)\], in <cell line: (\d+)>\(\)\s*$"), r'  File "<cell In[\1]>", line \2, in <module>'),
+    (re.compile(r"^File (\S.*?):(\d+), in ([\w.<>]+).*$"), r'  File "\1", line \2, in \3'),
+    (re.compile(r"^(-*> ?\d+ )"), r"    \1"),
 )
+_IPY_LINE_STARTS = ("Cell In[", "Input In [", "File ", "-")
+
+
+def _is_ipython(text: str) -> bool:
+    """Linear: literal searches, and a look at the line of each traceback header."""
+    if "Cell In[" in text or "Input In [" in text:
+        return True
+    start = 0
+    while (at := text.find(_TRACEBACK_HEADER, start)) != -1:
+        if _IPY_HEADER_HEAD.fullmatch(text, text.rfind("\n", 0, at) + 1, at):
+            return True
+        start = at + 1
+    return False
 
 
 def _ipython_as_python(text: str) -> str:
-    if not _IPY_MARK.search(text):
+    if not _is_ipython(text):
         return text
-    for pattern, replacement in _IPY_REWRITES:
-        text = pattern.sub(replacement, text)
-    return text
+    lines = text.split("\n")
+    for n, line in enumerate(lines):
+        if line.startswith(_IPY_LINE_STARTS) or _TRACEBACK_HEADER in line:
+            for pattern, replacement in _IPY_REWRITES:
+                new, done = pattern.subn(replacement, line, count=1)
+                if done:
+                    lines[n] = new
+                    break
+    return "\n".join(lines)
 
 
 def _level(raw: str, stripped: str) -> LogLevel:
