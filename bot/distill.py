@@ -65,11 +65,12 @@ _PY_WARNING = re.compile(r"^(?:\S+:\d+: [A-Z]\w*Warning: |warnings\.warn\(|\[W\d
 # rewritten line for line into Python's layout, so one traceback grammar serves both (line numbers unchanged).
 _TRACEBACK_HEADER = "Traceback (most recent call last)"
 _IPY_HEADER_HEAD = re.compile(r"[A-Za-z_][\w.]*\s{2,}")  # what precedes the header on IPython's header line
+_CELL_FRAME = r'  File "<cell In[\1]>", line \2, in <module>'
 _IPY_REWRITES = (
     # the class name stays: a paste cut inside the traceback has nothing else to name the failure
     (re.compile(r"^([A-Za-z_][\w.]*)\s{2,}(Traceback \(most recent call last\))\s*$"), r"\1: \2:"),
-    (re.compile(r"^Cell In\[(\d+)\], line (\d+)\s*$"), r'  File "<cell In[\1]>", line \2, in <module>'),
-    (re.compile(r"^Input In \[(\d+)\], in <cell line: (\d+)>\(\)\s*$"), r'  File "<cell In[\1]>", line \2, in <module>'),
+    (re.compile(r"^Cell In\[(\d+)\], line (\d+)\s*$"), _CELL_FRAME),
+    (re.compile(r"^Input In \[(\d+)\], in <cell line: (\d+)>\(\)\s*$"), _CELL_FRAME),
     (re.compile(r"^File (\S.*?):(\d+), in ([\w.<>]+).*$"), r'  File "\1", line \2, in \3'),
     (re.compile(r"^(-*> ?\d+ )"), r"    \1"),
 )
