@@ -43,6 +43,14 @@ def _cases_hit(text: str) -> set[str]:
         ("KeyError: 'invalid tool call parser: kimi_k2 (chose from { hermes,mistral })'", "cli-unrecognized-arguments"),
         # a library written for V0 passing per-request logits processors to the V1 engine
         ("ValueError: vLLM V1 does not support per request user provided logits processors.", "vllm-api-version-mismatch"),
+        # vLLM's extension built against another torch (a C++ symbol of libtorch missing)
+        ("ImportError: /x/site-packages/vllm/_C.abi3.so: undefined symbol: _ZN5torch3jit17parseSchemaOrNameERKSsb",
+         "vllm-c-undefined-symbol"),
+        # a source build of vLLM on native Windows: torch's build helper names a drive path
+        ("No CUDA runtime is found, using CUDA_HOME='C:\\Program Files\\NVIDIA GPU Computing Toolkit\\CUDA\\v11.8\\bin'",
+         "windows-native-unsupported"),
+        # vLLM imported from a folder outside site-packages: a source tree shadows the install
+        ("/mnt/envs/vllm/vllm/__init__.py:5: RuntimeWarning: Failed to read commit hash:", "torch-c-not-importable"),
         # a supported architecture whose import crashed in vLLM's inspection subprocess
         ("ValueError: Model architectures ['Qwen2ForCausalLM'] failed to be inspected. Please check the logs for more details.",
          "model-inspection-failed"),
@@ -75,6 +83,14 @@ def test_line_hits_its_case(line: str, case_id: str) -> None:
         # another program's argparse
         ("TRL CLI: error: argument command: invalid choice: 'vllm-serve' (choose from 'chat', 'dpo')",
          "cli-unrecognized-arguments"),
+        # the same warning from an installed wheel is harmless (the version falls back to "dev")
+        ("/x/lib/python3.10/site-packages/vllm/connections.py:8: RuntimeWarning: Failed to read commit hash:\n"
+         "No module named 'vllm._version'", "torch-c-not-importable"),
+        # the same build helper on Linux: a CUDA_HOME without a runtime, nothing about Windows
+        ("No CUDA runtime is found, using CUDA_HOME='/usr/local/cuda'", "windows-native-unsupported"),
+        # a CUDA driver API symbol missing from libcuda is the driver, not vLLM built against another torch
+        ("WARNING 12-30 17:06:52 _custom_ops.py:19] Failed to import from vllm._C with ImportError('/x/site-packages/"
+         "vllm/_C.abi3.so: undefined symbol: cuTensorMapEncodeTiled')", "vllm-c-undefined-symbol"),
         # an inspection that crashed says nothing about whether vLLM supports the architecture
         ("ValueError: Model architectures ['Qwen2ForCausalLM'] failed to be inspected. Please check the logs for more details.",
          "unsupported-architecture"),
