@@ -43,6 +43,13 @@ def _cases_hit(text: str) -> set[str]:
         ("KeyError: 'invalid tool call parser: kimi_k2 (chose from { hermes,mistral })'", "cli-unrecognized-arguments"),
         # a library written for V0 passing per-request logits processors to the V1 engine
         ("ValueError: vLLM V1 does not support per request user provided logits processors.", "vllm-api-version-mismatch"),
+        # the source folder importing itself, or a namespace folder named vllm, before the install
+        ("ImportError: cannot import name 'cuda_utils' from partially initialized module 'vllm' (most likely due to a "
+         "circular import) (/workspace/vllm/vllm/__init__.py)", "torch-c-not-importable"),
+        ("ImportError: cannot import name 'LLM' from 'vllm' (unknown location)", "torch-c-not-importable"),
+        # vLLM's platform detection found no GPU backend at all
+        ("INFO 05-09 15:43:15 __init__.py:211] No platform detected, vLLM is running on UnspecifiedPlatform",
+         "no-gpu-detected"),
         # vLLM's extension built against another torch (a C++ symbol of libtorch missing)
         ("ImportError: /x/site-packages/vllm/_C.abi3.so: undefined symbol: _ZN5torch3jit17parseSchemaOrNameERKSsb",
          "vllm-c-undefined-symbol"),
@@ -86,6 +93,9 @@ def test_line_hits_its_case(line: str, case_id: str) -> None:
         # the same warning from an installed wheel is harmless (the version falls back to "dev")
         ("/x/lib/python3.10/site-packages/vllm/connections.py:8: RuntimeWarning: Failed to read commit hash:\n"
          "No module named 'vllm._version'", "torch-c-not-importable"),
+        # a name an installed vLLM lacks (its own path is printed): another release, not a shadowing folder
+        ("ImportError: cannot import name 'AsyncLLMEngine' from 'vllm' (/x/site-packages/vllm/__init__.py)",
+         "torch-c-not-importable"),
         # the same build helper on Linux: a CUDA_HOME without a runtime, nothing about Windows
         ("No CUDA runtime is found, using CUDA_HOME='/usr/local/cuda'", "windows-native-unsupported"),
         # a CUDA driver API symbol missing from libcuda is the driver, not vLLM built against another torch
