@@ -26,18 +26,18 @@ MIN_BLIND_LOGS, MIN_BLIND_REPOS = 40, 25
 BLIND_ROUND = "b6-"  # the round in blind.jsonl; earlier rounds were developed on and live in dev.jsonl
 # Floors a little under the one scoring run (tests/eval/README.md "Blind round"); CPUs whose MiniLM vectors
 # differ in the last bits may move a borderline log, so each floor leaves one or two logs of room.
-# Round 5 (62 logs, 30 covered), scored once: clean top-1 0.667 (20 of 30), top-3 0.767 (23 of 30), confident-wrong
-# 0.065 (4 of 62), abstain 0.938 (30 of 32), match 0.533; noisy top-1 0.667, top-3 0.833; two failures top-1 0.600,
-# top-3 0.767, confident-wrong 0.033 (1 of 30); truncated applies to 14 logs only (no floor on so few).
+# Round 6 (47 logs, 27 covered), scored once: clean top-1 0.593 (16 of 27), top-3 0.704 (19 of 27), confident-wrong
+# 0.043 (2 of 47), abstain 0.900 (18 of 20), match 0.407; noisy top-1 0.593, top-3 0.667; two failures top-1 0.444,
+# top-3 0.630, confident-wrong 0.074 (2 of 27); truncated applies to 4 logs only (no floor on so few).
 FLOORS: dict[str, dict[str, float]] = {
-    "clean": {"top1": 0.60, "top3": 0.70, "abstain_uncovered": 0.87, "match_covered": 0.46},
-    "noisy": {"top1": 0.60, "top3": 0.76, "abstain_uncovered": 0.87},
-    "two-failures": {"top1": 0.53},
+    "clean": {"top1": 0.51, "top3": 0.62, "abstain_uncovered": 0.80, "match_covered": 0.33},
+    "noisy": {"top1": 0.51, "top3": 0.59, "abstain_uncovered": 0.80},
+    "two-failures": {"top1": 0.37},
 }
 CEILINGS: dict[str, dict[str, float]] = {
-    "clean": {"confident_wrong": 0.10},
-    "noisy": {"confident_wrong": 0.10},
-    "two-failures": {"confident_wrong": 0.10},
+    "clean": {"confident_wrong": 0.09},
+    "noisy": {"confident_wrong": 0.09},
+    "two-failures": {"confident_wrong": 0.15},
 }
 
 
