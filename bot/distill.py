@@ -206,6 +206,7 @@ def distill(paste: Paste | str, notes: tuple[str, ...] = (), keywords: tuple[str
     next_free = 0  # lines before this index were consumed by a traceback walk
 
     seen_raw: set[str] = set()
+    kept = set(interesting)
     for idx in interesting:
         if idx < next_free:
             continue
@@ -259,6 +260,11 @@ def distill(paste: Paste | str, notes: tuple[str, ...] = (), keywords: tuple[str
             frame = LogLine(idx + 1, cleaned, "frame")
             loose_frames.append(frame)
             _keep(candidates, head_candidates, frame)
+            code = clean_line(lines[idx + 1]) if idx + 1 < len(lines) and idx + 1 not in kept else ""
+            if code.startswith((" ", "\t")) and code.strip() and not _FRAME.match(code):
+                # the code line under it, which no keyword kept (a walked traceback keeps it): where a traceback
+                # cut here failed
+                _keep(candidates, head_candidates, LogLine(idx + 2, code, "frame"))
             continue
         level = _level(raw, stripped)
         if BOILERPLATE_RE.search(stripped):  # visible to signatures, but not evidence or query

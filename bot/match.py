@@ -60,6 +60,8 @@ TRUNCATED_ANSWERED_NOTE = t("note.truncated_answered", "en")
 _QUIET = ("info", "debug", "warning")
 _EXCEPTION_TEXT = re.compile(r"(?:^|[^A-Za-z0-9_.])(?:[A-Za-z_]\w*\.)*[A-Z][A-Za-z0-9_]*(?:Error|Exception): \S")
 _FRAME_TEXT = re.compile(r'File "[^"]+", line \d+')
+# a logger record with nothing after its "[file.py:123]" tag (the message went to the next lines)
+_EMPTY_RECORD = re.compile(r"\[[\w.]+:\d+\]\s*$")
 _WORD = re.compile(r"[a-z][a-z0-9_]{2,}")
 _STOP = frozenset(
     "the and for with that this from are was not you your has have but use when num path hex uuid into "
@@ -172,7 +174,8 @@ def _earlier_root(distilled: Distilled, hits: list[SignatureHit]) -> LogLine | N
     for root in distilled.root_errors:
         if root.line_no >= first_hit:
             break
-        if root.line_no not in hit_lines and root.level not in ("info", "debug", "warning"):
+        if (root.line_no not in hit_lines and root.level not in _QUIET and root.kind != "frame"
+                and not _FRAME_TEXT.search(root.text) and not _EMPTY_RECORD.search(root.text)):
             return root
     return None
 
@@ -478,6 +481,11 @@ class Matcher:
             cap()
             notes.append(t("note.two_failures", distilled.language, line=first_failure.line_no, case=matches[0].case_id))
         top = matches[0]
+        top_case = self.cases.get(top.case_id)
+        if top_case is not None and top_case.role == "symptom" and _earlier_root(distilled, s.sig_hits.get(top.case_id, [])):
+            # The engine died of an error the paste shows and no cause explains: the consequence is certain, the
+            # diagnosis is not (its note points at that line).
+            cap()
         # Retrieval alone is only trusted when it clearly separates the best case from the next one; two close
         # candidates mean "uncertain", never a confident answer.
         if (len(matches) >= 2 and not top.signature_hit and "fact_rule" not in top.scores

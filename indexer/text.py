@@ -19,6 +19,10 @@ _PREFIXES = [
     r"[A-Za-z0-9][\w.\-]*\s+\|\s",
     # CI log tables: "  | "
     r"\|\s+",
+    # a line-number column ("3597\t…": a log copied from a numbered viewer)
+    r"\d{1,7}\t",
+    # colour codes whose ESC byte was lost on the way (a web page, a chat client): "[1;36m(APIServer pid=1)[0;0m "
+    r"\[\d{1,3}(?:;\d{1,3})*m\s*",
     # ISO / bracketed timestamps: "[2025-03-10T15:07:20Z] ", "2024-05-01 12:00:00,123 "
     r"\[?\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?\]?(?:\s*-)?\s+",
     # worker / Ray actor prefixes: "(VllmWorker rank=0 pid=123) ", "(EngineCore_DP0 pid=1) ",

@@ -85,6 +85,34 @@ def test_symptom_points_to_the_earlier_root_error(doctor) -> None:
     assert sym.evidence[0].why.startswith("earlier root error") and sym.evidence[0].line_no == 1
 
 
+def test_a_symptom_after_an_error_no_case_explains_is_never_a_match(doctor) -> None:
+    """The engine surely died, but of the error above it: with no case for that error, the answer stays
+    'uncertain' and its evidence starts at that line."""
+    dead = KB.by_id()["engine-dead"].examples[0].log
+    crash = "(VllmWorker rank=0 pid=430) ERROR 07-18 03:07:00 [multiproc_executor.py:380] AttributeError: 'tuple' object has no attribute 'ndim'"
+    d = doctor.match(crash + "\n" + dead)
+    assert d.best is not None and d.best.case_id == "engine-dead" and d.verdict != "match"
+    assert d.best.evidence[0].why.startswith("earlier root error") and d.best.evidence[0].line_no == 1
+    # the frames of its own traceback are no earlier error
+    frames = (
+        "ERROR 09-11 06:29:59 [async_llm.py:430]   File \"/usr/lib/python3/dist-packages/vllm/v1/engine/async_llm.py\", line 430, in generate\n"
+        "ERROR 09-11 06:29:59 [async_llm.py:430]     raise self._format_exception(outputs) from None\n"
+    )
+    assert doctor.match(frames + dead).verdict == doctor.match(dead).verdict
+
+
+def test_a_traceback_cut_at_the_engine_arguments_reads_as_another_vllm_release(doctor) -> None:
+    """Cut while constructing EngineArgs (no deeper frame): the arguments themselves failed, the mark of code
+    written for another release; a guess from frames, so never more than 'uncertain'."""
+    log = (
+        'File "/opt/env/lib/python3.10/site-packages/vllm/entrypoints/llm.py", line 129, in __init__\n'
+        "    engine_args = EngineArgs("
+    )
+    d = doctor.match(log)
+    assert d.best is not None and d.best.case_id == "vllm-api-version-mismatch" and d.verdict == "uncertain"
+    assert d.best.evidence[0].why.startswith("frame: ") and "EngineArgs" in d.best.evidence[0].why
+
+
 def test_a_symptom_that_is_the_whole_paste_is_not_displaced_by_a_look_alike_cause(doctor) -> None:
     """"failed to be inspected" alone reads like unsupported-architecture, but only the symptom explains it; with
     the subprocess's own error in the paste, that error's cause is the answer."""

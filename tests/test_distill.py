@@ -29,6 +29,11 @@ MAX = 32 * 1024 * 1024
         ("  | [2025-03-10T15:07:20Z] ERROR 03-10 08:07:20 [core.py:302] EngineCore hit an exception", "EngineCore hit an exception"),
         ("\x1b[1;36m(APIServer pid=1)\x1b[0;0m INFO 08-01 01:02:03 [api_server.py:1] vLLM API server", "vLLM API server"),
         ("2024-05-01 12:00:00,123 - vllm - ERROR - NCCL error", "NCCL error"),
+        # colour codes that lost their ESC byte on the way, and a line-number column from a numbered log viewer
+        ("[1;36m(APIServer pid=1)[0;0m ERROR 09-11 06:29:59 [async_llm.py:430] EngineDeadError: x", "EngineDeadError: x"),
+        ("3597\t(APIServer pid=18801) ERROR 03-01 13:30:11 [serving.py:214] Traceback (most recent call last):",
+         "Traceback (most recent call last):"),
+        ("[0m plain [1m words", "plain [1m words"),
         ("plain line stays", "plain line stays"),
     ],
 )
@@ -338,3 +343,15 @@ def test_an_ipython_traceback_is_read_like_a_python_one() -> None:
 def test_ipython_layout_is_only_rewritten_where_a_notebook_printed_it() -> None:
     line = "File ~/notes.txt:12, in a sentence someone wrote"
     assert [c.text for c in distill(line).cleaned] == [line]  # no cell header, no IPython traceback: left as is
+
+
+def test_a_headerless_frame_keeps_the_code_line_under_it() -> None:
+    """A paste that starts at a frame and ends on its code line: that line is the statement that failed (the
+    cut-traceback matcher reads it), kept as a frame line as a walked traceback keeps it, never a root error."""
+    log = (
+        'File "/opt/env/lib/python3.10/site-packages/vllm/entrypoints/llm.py", line 129, in __init__\n'
+        "    engine_args = EngineArgs("
+    )
+    d = distill(log)
+    assert [(c.line_no, c.kind) for c in d.cleaned] == [(1, "frame"), (2, "frame")]
+    assert d.cleaned[1].text.strip() == "engine_args = EngineArgs(" and not d.root_errors
