@@ -230,6 +230,8 @@ def distill(paste: Paste | str, notes: tuple[str, ...] = (), keywords: tuple[str
                 line = LogLine(idx + 1, head, "root")
                 roots.append(line)
                 _keep(candidates, head_candidates, line)
+            if not head:  # the header itself: it ties an error record above it to this traceback (bot/match.py)
+                _keep(candidates, head_candidates, LogLine(idx + 1, stripped, "context"))
             exc, frames, next_free = _walk_traceback(lines, idx + 1)
             if exc is None and bare_class and mask(head) not in seen:
                 seen.add(mask(head))
@@ -325,12 +327,17 @@ def _walk_traceback(lines: list[str], start: int) -> tuple[LogLine | None, list[
     frames: list[LogLine] = []
     idx = start
     limit = min(len(lines), start + MAX_TRACEBACK_LINES)
+    # A traceback printed indented as a whole (pip's "[output]" of a failed build, a nested log): its exception
+    # line sits at the header's indentation, its frames and code deeper.
+    header = clean_line(lines[start - 1]) if start > 0 else ""
+    indent = len(header) - len(header.lstrip(" ")) if header.lstrip(" ").startswith("Traceback") else 0
     while idx < limit:
         cleaned = clean_line(lines[idx])
         if not cleaned.strip():
             idx += 1
             continue
-        if _FRAME.match(cleaned) or _is_frame_or_code(cleaned):
+        at_header_indent = 0 < indent >= len(cleaned) - len(cleaned.lstrip(" "))
+        if _FRAME.match(cleaned) or (_is_frame_or_code(cleaned) and not at_header_indent):
             frames.append(LogLine(idx + 1, cleaned, "frame"))
             idx += 1
             continue

@@ -60,6 +60,7 @@ TRUNCATED_ANSWERED_NOTE = t("note.truncated_answered", "en")
 _QUIET = ("info", "debug", "warning")
 _EXCEPTION_TEXT = re.compile(r"(?:^|[^A-Za-z0-9_.])(?:[A-Za-z_]\w*\.)*[A-Z][A-Za-z0-9_]*(?:Error|Exception): \S")
 _FRAME_TEXT = re.compile(r'File "[^"]+", line \d+')
+_TRACEBACK_HEADER = re.compile(r"Traceback \(most recent call last\)")
 # a logger record with nothing after its "[file.py:123]" tag (the message went to the next lines)
 _EMPTY_RECORD = re.compile(r"\[[\w.]+:\d+\]\s*$")
 _WORD = re.compile(r"[a-z][a-z0-9_]{2,}")
@@ -551,12 +552,20 @@ class Matcher:
         if not entries or not entries[0].signature or entries[0].case.id in proven:
             return None
         top = entries[0].case.id
-        hit_lines = {h.line.line_no for hits in sig_hits.values() for h in hits}
+        # A symptom's line explains nothing: the engine that died before the top case's error is a failure of
+        # its own (it is searched below like any other earlier line).
+        hit_lines = {
+            h.line.line_no for case_id, hits in sig_hits.items()
+            if case_id not in self.cases or self.cases[case_id].role != "symptom" for h in hits
+        }
         first_hit = min(h.line.line_no for h in sig_hits.get(top, []))
+        # A logger's error record right above "Traceback (most recent call last):" ("Initializing service
+        # error") introduces that traceback: the same failure, not an earlier one.
+        headers = {c.line_no for c in distilled.cleaned if _TRACEBACK_HEADER.match(c.text.strip())}
         earlier = next(
             (r for r in distilled.root_errors
              if r.line_no < first_hit and r.line_no not in hit_lines and r.level not in _QUIET
-             and r.kind != "frame" and not _FRAME_TEXT.search(r.text)
+             and r.kind != "frame" and not _FRAME_TEXT.search(r.text) and r.line_no + 1 not in headers
              ),
             None,
         )

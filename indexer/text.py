@@ -19,6 +19,8 @@ _PREFIXES = [
     r"[A-Za-z0-9][\w.\-]*\s+\|\s",
     # CI log tables: "  | "
     r"\|\s+",
+    # torch.distributed's per-rank prefix on every line of a multi-process crash: "[rank0]: "
+    r"\[rank\d+\]:[ \t]?",
     # a line-number column ("3597\t…": a log copied from a numbered viewer)
     r"\d{1,7}\t",
     # colour codes whose ESC byte was lost on the way (a web page, a chat client): "[1;36m(APIServer pid=1)[0;0m "

@@ -113,6 +113,27 @@ def test_a_traceback_cut_at_the_engine_arguments_reads_as_another_vllm_release(d
     assert d.best.evidence[0].why.startswith("frame: ") and "EngineArgs" in d.best.evidence[0].why
 
 
+def test_an_engine_that_died_before_a_later_fingerprint_leaves_that_fingerprint_unconfirmed(doctor) -> None:
+    """The engine died first (no cause shown); a fingerprint printed after it is a second failure, or
+    its consequence: not a confident answer."""
+    dead = "ERROR 05-12 01:48:40 [async_llm.py:1] vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack trace (above) for the root cause."
+    later = KB.by_id()["libcudnn-missing"].examples[0].log
+    assert doctor.match(later).verdict == "match"
+    assert doctor.match(dead + "\n" + later).verdict != "match"
+
+
+def test_an_error_record_that_introduces_its_traceback_is_not_an_earlier_failure(doctor) -> None:
+    log = (
+        "2024-04-25T00:29:30-0600 [ERROR] [entry_service:svc:1] Initializing service error\n"
+        "Traceback (most recent call last):\n"
+        '  File "/srv/app/utils.py", line 77, in __init__\n'
+        "    self.completion = OpenAIServingCompletion(\n"
+        "TypeError: OpenAIServingCompletion.__init__() got an unexpected keyword argument 'served_model'"
+    )
+    d = doctor.match(log)
+    assert d.best is not None and d.best.case_id == "vllm-api-version-mismatch" and d.verdict == "match"
+
+
 def test_a_symptom_that_is_the_whole_paste_is_not_displaced_by_a_look_alike_cause(doctor) -> None:
     """"failed to be inspected" alone reads like unsupported-architecture, but only the symptom explains it; with
     the subprocess's own error in the paste, that error's cause is the answer."""

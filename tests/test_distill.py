@@ -355,3 +355,17 @@ def test_a_headerless_frame_keeps_the_code_line_under_it() -> None:
     d = distill(log)
     assert [(c.line_no, c.kind) for c in d.cleaned] == [(1, "frame"), (2, "frame")]
     assert d.cleaned[1].text.strip() == "engine_args = EngineArgs(" and not d.root_errors
+
+
+def test_a_traceback_indented_as_a_whole_ends_at_its_exception_line() -> None:
+    """pip prints a failed build's output indented: the exception line sits at the header's indentation."""
+    log = (
+        "      Traceback (most recent call last):\n"
+        '        File "/t/cpp_extension.py", line 2058, in _join_cuda_home\n'
+        "          raise EnvironmentError('CUDA_HOME environment variable is not set. ')\n"
+        "      OSError: CUDA_HOME environment variable is not set. Please set it to your CUDA install root.\n"
+        "      [end of output]"
+    )
+    d = distill(log)
+    assert not d.truncated
+    assert [r.text for r in d.root_errors][:1] == ["OSError: CUDA_HOME environment variable is not set. Please set it to your CUDA install root."]
