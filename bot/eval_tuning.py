@@ -28,7 +28,7 @@ GRID: tuple[tuple[str, tuple[float, ...]], ...] = (
     ("signature_root", (0.70, 0.75, 0.80, 0.85, 0.90)),
     ("signature_other", (0.60, 0.66, 0.72, 0.78)),
     ("signature_symptom", (0.45, 0.55, 0.65)),
-    ("frame_weight", (0.0, 0.2, 0.35, 0.5)),
+    ("frame_weight", (0.0, 0.2, 0.35, 0.5, 0.65, 0.8)),
 )
 SEARCH_PASSES = 2
 METRIC_NAMES = ("top1", "top3", "confident_wrong", "abstain_uncovered", "match_covered")

@@ -110,7 +110,7 @@ class MatchParams:
     signature_info: float = 0.70  # ... only on INFO/WARNING lines (weighs less than a root error)
     signature_symptom: float = 0.65  # ... of a symptom case (engine dead, worker died)
     retrieval_scale: float = 0.65  # retrieval-only score multiplier
-    frame_weight: float = 0.35  # added for the frames a cut traceback shares with a case (bot/frames.py)
+    frame_weight: float = 0.65  # added for the frames a cut traceback shares with a case (bot/frames.py)
     fact_rule: float = 0.85  # score of a case whose fact rule the log proves (kb/rules.py)
     fixed_version_penalty: float = 0.15  # the log shows a version where the case is already fixed
     secondary_gap: float = 0.01  # how far a demoted symptom/advisory sits below the cause it yields to
