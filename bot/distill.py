@@ -72,8 +72,10 @@ _IPY_REWRITES = (
     (re.compile(r"^Cell In\[(\d+)\], line (\d+)\s*$"), _CELL_FRAME),
     (re.compile(r"^Input In \[(\d+)\], in <cell line: (\d+)>\(\)\s*$"), _CELL_FRAME),
     (re.compile(r"^File (\S.*?):(\d+), in ([\w.<>]+).*$"), r'  File "\1", line \2, in \3'),
-    (re.compile(r"^(-*> ?\d+ )"), r"    \1"),
+    # the line that ran, without IPython's arrow and line number: the code line Python prints under a frame
+    (re.compile(r"^-*> ?\d+ +"), r"    "),
 )
+_IPY_CONTEXT = re.compile(r"^ +\d+ ")
 _IPY_LINE_STARTS = ("Cell In[", "Input In [", "File ", "-")
 
 
@@ -94,6 +96,9 @@ def _ipython_as_python(text: str) -> str:
         return text
     lines = text.split("\n")
     for n, line in enumerate(lines):
+        if _IPY_CONTEXT.match(line):
+            lines[n] = ""  # a numbered line around the one that ran: context Python does not print (line count kept)
+            continue
         if line.startswith(_IPY_LINE_STARTS) or _TRACEBACK_HEADER in line:
             for pattern, replacement in _IPY_REWRITES:
                 new, done = pattern.subn(replacement, line, count=1)

@@ -338,6 +338,9 @@ def test_an_ipython_traceback_is_read_like_a_python_one() -> None:
     frames = [c.text for c in cut.cleaned if c.kind == "frame"]
     assert any('File "~/envs/vllm/lib/python3.12/site-packages/vllm/utils.py", line 1022, in deprecate_args' in f
                for f in frames)
+    # the line that ran is the frame's code line; the numbered lines around it are IPython's context only
+    assert any(f.strip() == "return fn(*args, **kwargs)" for f in frames)
+    assert "from vllm import LLM" not in cut.query and "1020" not in " ".join(c.text for c in cut.cleaned)
 
 
 def test_ipython_layout_is_only_rewritten_where_a_notebook_printed_it() -> None:
