@@ -26,18 +26,18 @@ MIN_BLIND_LOGS, MIN_BLIND_REPOS = 40, 25
 BLIND_ROUND = "b7-"  # the round in blind.jsonl; earlier rounds were developed on and live in dev.jsonl
 # Floors a little under the one scoring run (tests/eval/README.md "Blind round"); CPUs whose MiniLM vectors
 # differ in the last bits may move a borderline log, so each floor leaves one or two logs of room.
-# Round 6 (47 logs, 27 covered), scored once: clean top-1 0.593 (16 of 27), top-3 0.704 (19 of 27), confident-wrong
-# 0.043 (2 of 47), abstain 0.900 (18 of 20), match 0.407; noisy top-1 0.593, top-3 0.667; two failures top-1 0.444,
-# top-3 0.630, confident-wrong 0.074 (2 of 27); truncated applies to 4 logs only (no floor on so few).
+# Round 7 (48 logs, 18 covered), scored once: clean top-1 0.722 (13 of 18), top-3 0.722, confident-wrong 0.042
+# (2 of 48), abstain 0.933 (28 of 30), match 0.667 (12 of 18); noisy the same; two failures top-1 0.667 (12 of 18),
+# top-3 0.722, confident-wrong 0.111 (2 of 18); truncated applies to 7 logs only (no floor on so few).
 FLOORS: dict[str, dict[str, float]] = {
-    "clean": {"top1": 0.51, "top3": 0.62, "abstain_uncovered": 0.80, "match_covered": 0.33},
-    "noisy": {"top1": 0.51, "top3": 0.59, "abstain_uncovered": 0.80},
-    "two-failures": {"top1": 0.37},
+    "clean": {"top1": 0.61, "top3": 0.61, "abstain_uncovered": 0.86, "match_covered": 0.55},
+    "noisy": {"top1": 0.61, "top3": 0.61, "abstain_uncovered": 0.86},
+    "two-failures": {"top1": 0.55},
 }
 CEILINGS: dict[str, dict[str, float]] = {
     "clean": {"confident_wrong": 0.09},
     "noisy": {"confident_wrong": 0.09},
-    "two-failures": {"confident_wrong": 0.15},
+    "two-failures": {"confident_wrong": 0.23},
 }
 
 

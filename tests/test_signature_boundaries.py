@@ -32,6 +32,24 @@ def _cases_hit(text: str) -> set[str]:
          "vllm-api-version-mismatch"),
         ("TypeError: LLM.generate() got an unexpected keyword argument 'prompt_token_ids'", "vllm-api-version-mismatch"),
         ("AttributeError: 'LLMEngine' object has no attribute 'model_executor'", "vllm-api-version-mismatch"),
+        ("TypeError: OpenAIServingCompletion.__init__() got an unexpected keyword argument 'served_model'",
+         "vllm-api-version-mismatch"),
+        ("TypeError: OpenAIServingChat.__init__() missing 1 required positional argument: 'request_logger'",
+         "vllm-api-version-mismatch"),
+        # wordings read from blind round 6 once it was scored (docs/kb-authoring.md "Session 8")
+        ("RuntimeError: makeDeviceForHostname(): unsupported gloo device", "windows-native-unsupported"),
+        ("ImportError: /x/vllm/cache_ops.cpython-38-x86_64-linux-gnu.so: undefined symbol: _ZN2at4_ops", "vllm-c-undefined-symbol"),
+        ("cache_ops.cpython-38-x86_64-linux-gnu.so: undefined symbol: _ZN2at4_ops15to_dtype_layout", "vllm-c-undefined-symbol"),
+        ("requests.exceptions.ConnectionError: HTTPSConnectionPool(host='huggingface.co', port=443): Max retries exceeded "
+         "with url: /api/models/x (Caused by NewConnectionError('<c>: Failed to establish a new connection: [Errno -3] "
+         "Temporary failure in name resolution'))", "hf-offline-no-cache"),
+        ("ValueError: There is no module or parameter named 'v_head' in Qwen3ForCausalLM",
+         "weights-not-initialized-from-checkpoint"),
+        ("RuntimeError: The server socket has failed to listen on any local network address. The server socket has "
+         "failed to bind to [::]:29500 (errno: 98 - Address already in use).", "port-in-use"),
+        ("RuntimeError: Device string must not be empty", "no-gpu-detected"),
+        ("RuntimeError: Worker failed with error 'CUDA error: out of memory', please check the stack trace above for the "
+         "root cause", "worker-process-died"),
         # argparse refusing a value this release does not know
         ("vllm serve: error: argument --tool-call-parser: invalid choice: 'glm45' (choose from 'hermes', 'mistral')",
          "cli-unrecognized-arguments"),
@@ -104,6 +122,13 @@ def test_line_hits_its_case(line: str, case_id: str) -> None:
         # an inspection that crashed says nothing about whether vLLM supports the architecture
         ("ValueError: Model architectures ['Qwen2ForCausalLM'] failed to be inspected. Please check the logs for more details.",
          "unsupported-architecture"),
+        # a 429 from the Hub is rate limiting, not an unreachable Hub
+        ("requests.exceptions.RetryError: HTTPSConnectionPool(host='huggingface.co', port=443): Max retries exceeded "
+         "with url: /api/models/x (Caused by ResponseError('too many 429 error responses'))", "hf-offline-no-cache"),
+        # a certificate that fails verification: the host was reached (here by the server, fetching an image URL)
+        ("openai.BadRequestError: Error code: 400 - {'message': \"Cannot connect to host oss.example.com:443 ssl:True "
+         "[SSLCertVerificationError: (1, '[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed')]\"}",
+         "client-cannot-reach-server"),
         # a supported GPU named in another tool's hint
         ("If you want to use the GPU with TensorFlow, please check the instructions at https://www.tensorflow.org/install",
          "no-kernel-image"),
