@@ -36,7 +36,10 @@ def _cases_hit(text: str) -> set[str]:
          "vllm-api-version-mismatch"),
         ("TypeError: OpenAIServingChat.__init__() missing 1 required positional argument: 'request_logger'",
          "vllm-api-version-mismatch"),
-        # wordings read from blind round 6 once it was scored (docs/kb-authoring.md "Session 8")
+        # wordings read from blind rounds 6 and 7 once each was scored (docs/kb-authoring.md "Session 8")
+        ("CRITICAL 12-13 17:31:42 launcher.py:99] MQLLMEngine is already dead, terminating server process", "engine-dead"),
+        ("ValueError: Currently, MiniCPMV only supports versions 2.0, 2.5, 2.6, 4.0. Got version: (4, 5)",
+         "unsupported-architecture"),
         ("RuntimeError: makeDeviceForHostname(): unsupported gloo device", "windows-native-unsupported"),
         ("ImportError: /x/vllm/cache_ops.cpython-38-x86_64-linux-gnu.so: undefined symbol: _ZN2at4_ops", "vllm-c-undefined-symbol"),
         ("cache_ops.cpython-38-x86_64-linux-gnu.so: undefined symbol: _ZN2at4_ops15to_dtype_layout", "vllm-c-undefined-symbol"),
