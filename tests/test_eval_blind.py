@@ -23,7 +23,7 @@ pytestmark = pytest.mark.timeout(1800)
 EVAL_DIR = Path(__file__).resolve().parent / "eval"
 KB_DIR = Path(__file__).resolve().parent.parent / "kb" / "cases"
 MIN_BLIND_LOGS, MIN_BLIND_REPOS = 40, 25
-BLIND_ROUND = "b7-"  # the round in blind.jsonl; earlier rounds were developed on and live in dev.jsonl
+BLIND_ROUND = "b8-"  # the round in blind.jsonl; earlier rounds were developed on and live in dev.jsonl
 # Floors a little under the one scoring run (tests/eval/README.md "Blind round"); CPUs whose MiniLM vectors
 # differ in the last bits may move a borderline log, so each floor leaves one or two logs of room.
 # Round 7 (48 logs, 18 covered), scored once: clean top-1 0.722 (13 of 18), top-3 0.722, confident-wrong 0.042
@@ -72,27 +72,6 @@ def test_blind_round_shares_no_thread_with_the_kb_or_the_tuning_set() -> None:
     assert not set(sources) & tuned_on, "a blind log comes from a thread of the k-fold set"
     dev_ids = {it["id"] for it in _rows("dev.jsonl") + _rows("pending.jsonl")}
     assert not {it["id"] for it in blind} & dev_ids
-
-
-NEXT_FILE, NEXT_ROUND = "blind_next.jsonl", "b8-"  # collected, labelled and committed; never run (see README)
-
-
-def test_the_next_blind_round_is_unseen_and_shares_no_thread() -> None:
-    """Round 8 waits, unscored, for round 7 to move into dev.jsonl: it must stay apart from everything the
-    matcher was built or tuned on, and from the round being scored now."""
-    nxt = _rows(NEXT_FILE)
-    known = {p.stem for p in KB_DIR.glob("*/*.yaml")}
-    sources = [normalise_url(str(it["source"])) for it in nxt]
-    assert nxt and len(set(sources)) == len(sources) and len({it["id"] for it in nxt}) == len(nxt)
-    for it in nxt:
-        assert set(it) == {"id", "log", "expected", "source", "note"}, it["id"]
-        assert str(it["id"]).startswith(NEXT_ROUND) and str(it["log"]).strip(), it["id"]
-        assert it["expected"] is None or it["expected"] in known, it["id"]
-    kb_urls = set()
-    for path in KB_DIR.glob("*/*.yaml"):
-        kb_urls |= {normalise_url(u) for u in re.findall(r"https?://[^\s'\"<>)\]]+", path.read_text(encoding="utf-8"))}
-    others = {normalise_url(str(it["source"])) for it in _rows("dev.jsonl") + _rows("pending.jsonl") + _rows(BLIND_FILE)}
-    assert not set(sources) & (kb_urls | others)
 
 
 @pytest.fixture(scope="module")

@@ -53,6 +53,8 @@ def _cases_hit(text: str) -> set[str]:
         ("RuntimeError: Device string must not be empty", "no-gpu-detected"),
         ("RuntimeError: Worker failed with error 'CUDA error: out of memory', please check the stack trace above for the "
          "root cause", "worker-process-died"),
+        ("ERROR 04-28 14:33:29 [core.py:387] RuntimeError: ('Worker failed with error %s, please check the stack trace "
+         "above for the root cause', 'expected size 131072==32768, stride 128==128 at dim=0')", "worker-process-died"),
         # argparse refusing a value this release does not know
         ("vllm serve: error: argument --tool-call-parser: invalid choice: 'glm45' (choose from 'hermes', 'mistral')",
          "cli-unrecognized-arguments"),
