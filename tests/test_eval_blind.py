@@ -26,18 +26,18 @@ MIN_BLIND_LOGS, MIN_BLIND_REPOS = 40, 25
 BLIND_ROUND = "b8-"  # the round in blind.jsonl; earlier rounds were developed on and live in dev.jsonl
 # Floors a little under the one scoring run (tests/eval/README.md "Blind round"); CPUs whose MiniLM vectors
 # differ in the last bits may move a borderline log, so each floor leaves one or two logs of room.
-# Round 7 (48 logs, 18 covered), scored once: clean top-1 0.722 (13 of 18), top-3 0.722, confident-wrong 0.042
-# (2 of 48), abstain 0.933 (28 of 30), match 0.667 (12 of 18); noisy the same; two failures top-1 0.667 (12 of 18),
-# top-3 0.722, confident-wrong 0.111 (2 of 18); truncated applies to 7 logs only (no floor on so few).
+# Round 8 (59 logs, 34 covered), scored once: clean top-1 0.647 (22 of 34), top-3 0.882 (30 of 34), confident-wrong
+# 0.034 (2 of 59), abstain 0.960 (24 of 25), match 0.382 (13 of 34); noisy top-1 0.676, top-3 0.853; two failures
+# top-1 0.559 (19 of 34), top-3 0.735, confident-wrong 0.118 (4 of 34); truncated applies to 12 logs only (no floor).
 FLOORS: dict[str, dict[str, float]] = {
-    "clean": {"top1": 0.61, "top3": 0.61, "abstain_uncovered": 0.86, "match_covered": 0.55},
-    "noisy": {"top1": 0.61, "top3": 0.61, "abstain_uncovered": 0.86},
-    "two-failures": {"top1": 0.55},
+    "clean": {"top1": 0.58, "top3": 0.82, "abstain_uncovered": 0.88, "match_covered": 0.32},
+    "noisy": {"top1": 0.58, "top3": 0.79, "abstain_uncovered": 0.88},
+    "two-failures": {"top1": 0.50},
 }
 CEILINGS: dict[str, dict[str, float]] = {
     "clean": {"confident_wrong": 0.09},
     "noisy": {"confident_wrong": 0.09},
-    "two-failures": {"confident_wrong": 0.23},
+    "two-failures": {"confident_wrong": 0.21},
 }
 
 
