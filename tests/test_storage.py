@@ -4,6 +4,7 @@ it (Slack claims and answers, the audit log) under concurrent writers."""
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -188,3 +189,27 @@ def test_runs_left_running_by_a_stopped_bot_are_closed_as_interrupted(target: Ta
     assert status[dead] == ("interrupted", "the bot stopped before this run finished")
     assert status[alive][0] == "running" and status[cli][0] == "running" and status[finished][0] == "done"
     assert audit.close_interrupted("slack", started_before=0) == 0  # nothing that old
+
+
+def test_switching_to_wal_retries_a_lock_that_sqlite_reports_at_once() -> None:
+    """Replicas opening one new file together: SQLite may answer the WAL switch with "database is locked" without
+    waiting on the busy handler (seen once in CI's suite). The switch is retried; other errors are not."""
+    from bot.storage.database import _journal_mode_wal
+
+    class Locked:
+        def __init__(self, failures: int, message: str = "database is locked") -> None:
+            self.failures, self.message, self.calls = failures, message, 0
+
+        def execute(self, sql: str) -> Locked:
+            self.calls += 1
+            if self.calls <= self.failures:
+                raise sqlite3.OperationalError(self.message)
+            return self
+
+        def fetchone(self) -> tuple[str]:
+            return ("wal",)
+
+    twice = Locked(2)
+    assert _journal_mode_wal(twice) == "wal" and twice.calls == 3  # type: ignore[arg-type]  # a fake connection
+    with pytest.raises(sqlite3.OperationalError):
+        _journal_mode_wal(Locked(1, "disk I/O error"))  # type: ignore[arg-type]  # a fake connection

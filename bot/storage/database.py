@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 import threading
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
@@ -92,6 +93,20 @@ class Database(ABC):
         return sql
 
 
+def _journal_mode_wal(conn: sqlite3.Connection) -> str:
+    """Switch a file to WAL. The switch needs an exclusive lock, and SQLite reports "database is locked" at once
+    (the busy handler is not consulted) when replicas open the same new file together: retry within the busy
+    timeout; the first one switches it, the others then find it in WAL already."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    while True:
+        try:
+            return str(conn.execute("PRAGMA journal_mode = WAL").fetchone()[0])
+        except sqlite3.OperationalError as exc:
+            if ("locked" not in str(exc) and "busy" not in str(exc)) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
+
+
 class SQLiteDatabase(Database):
     """One file; WAL so readers never wait; one connection per thread, kept open (closing the last
     connection to a WAL file checkpoints it, ~3 ms a write otherwise)."""
@@ -117,8 +132,8 @@ class SQLiteDatabase(Database):
                 self.path.parent.mkdir(parents=True, exist_ok=True)
             conn = self._conn()
             if not self.read_only:
-                mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-                if str(mode).lower() != "wal":  # e.g. a network file system: still correct, just slower
+                mode = _journal_mode_wal(conn)
+                if mode.lower() != "wal":  # e.g. a network file system: still correct, just slower
                     conn.execute("PRAGMA journal_mode = DELETE")
         except (OSError, sqlite3.Error) as exc:
             raise ConfigError(f"cannot open the {what} {self.path}: {exc}") from exc
