@@ -91,6 +91,15 @@ def _cases_hit(text: str) -> set[str]:
          "no-kernel-image"),
         ("If you want to use the NVIDIA GeForce RTX 5070 Ti GPU with PyTorch, please check the instructions at "
          "https://pytorch.org/get-started/locally/", "no-kernel-image"),
+        # wordings read from blind round 8 once it was scored (docs/kb-authoring.md "Session 9")
+        ("vua-vllm: error: unrecognized arguments: -port 8000", "cli-unrecognized-arguments"),
+        ("ValueError: With `vllm serve`, you should provide the model as a positional argument or in a config file "
+         "instead of via the `--model` option.", "cli-unrecognized-arguments"),
+        ("(APIServer pid=5750) ERROR 01-30 12:21:32 [core_client.py:564] Engine core proc EngineCore_DP0 died "
+         "unexpectedly, shutting down client.", "engine-dead"),
+        ("Error during generation: Connection error.", "client-cannot-reach-server"),
+        ("ImportError: cannot import name '_set_default_torch_dtype' from 'vllm.model_executor.model", "vllm-api-version-mismatch"),
+        ("ModuleNotFoundError: No module named 'transformers.models.mllama'", "dependency-conflict"),
     ],
 )
 def test_line_hits_its_case(line: str, case_id: str) -> None:
@@ -137,6 +146,10 @@ def test_line_hits_its_case(line: str, case_id: str) -> None:
         # a supported GPU named in another tool's hint
         ("If you want to use the GPU with TensorFlow, please check the instructions at https://www.tensorflow.org/install",
          "no-kernel-image"),
+        # "connection error" inside a longer message is another failure's wording, not the openai client's
+        ("requests.exceptions.ConnectionError: Connection error. Retrying in 5s", "client-cannot-reach-server"),
+        ("huggingface_hub: Connection error, and we cannot find the requested files in the cached path.",
+         "client-cannot-reach-server"),
     ],
 )
 def test_look_alike_stays_out(line: str, not_case: str) -> None:
