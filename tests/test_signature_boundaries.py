@@ -100,6 +100,12 @@ def _cases_hit(text: str) -> set[str]:
         ("Error during generation: Connection error.", "client-cannot-reach-server"),
         ("ImportError: cannot import name '_set_default_torch_dtype' from 'vllm.model_executor.model", "vllm-api-version-mismatch"),
         ("ModuleNotFoundError: No module named 'transformers.models.mllama'", "dependency-conflict"),
+        # read from blind round 9 once it was scored
+        ("CRITICAL 04-08 04:00:01 [core_client.py:361] Got fatal signal from worker processes, shutting down. See stack "
+         "trace above for root cause issue.", "worker-process-died"),
+        ('INFO:     172.17.0.1:51234 - "GET /models HTTP/1.1" 404 Not Found', "client-cannot-reach-server"),
+        ('INFO:     10.0.0.3:40000 - "POST /v1/v1/chat/completions HTTP/1.1" 404 Not Found', "client-cannot-reach-server"),
+        ("status_code: 404, body: {'detail': 'Not Found'}", "client-cannot-reach-server"),
     ],
 )
 def test_line_hits_its_case(line: str, case_id: str) -> None:
@@ -150,6 +156,9 @@ def test_line_hits_its_case(line: str, case_id: str) -> None:
         ("requests.exceptions.ConnectionError: Connection error. Retrying in 5s", "client-cannot-reach-server"),
         ("huggingface_hub: Connection error, and we cannot find the requested files in the cached path.",
          "client-cannot-reach-server"),
+        # the right route: a 404 there is vLLM saying the model name is unknown, not a wrong base URL
+        ('INFO:     10.0.0.3:40000 - "POST /v1/chat/completions HTTP/1.1" 404 Not Found', "client-cannot-reach-server"),
+        ('INFO:     10.0.0.3:40000 - "GET /models HTTP/1.1" 200 OK', "client-cannot-reach-server"),
     ],
 )
 def test_look_alike_stays_out(line: str, not_case: str) -> None:
