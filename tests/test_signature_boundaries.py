@@ -106,6 +106,14 @@ def _cases_hit(text: str) -> set[str]:
         ('INFO:     172.17.0.1:51234 - "GET /models HTTP/1.1" 404 Not Found', "client-cannot-reach-server"),
         ('INFO:     10.0.0.3:40000 - "POST /v1/v1/chat/completions HTTP/1.1" 404 Not Found', "client-cannot-reach-server"),
         ("status_code: 404, body: {'detail': 'Not Found'}", "client-cannot-reach-server"),
+        # vLLM built or installed on native Windows: setup.py's own warning, the Windows build folder, a drive path
+        ("vLLM only supports Linux platform (including WSL) and MacOS.Building on win32, so vLLM may not be able to run "
+         "correctly", "windows-native-unsupported"),
+        ("error: could not create 'build\\bdist.win-amd64\\wheel\\.\\vllm\\model_executor\\x.json': No such file or directory",
+         "windows-native-unsupported"),
+        ("WARNING _custom_ops.py:19] Failed to import from vllm._C ERROR registry.py:267] File "
+         "\"d:\\my\\env\\lib\\site-packages\\vllm\\model_executor\\models\\registry.py\", line 429",
+         "windows-native-unsupported"),
     ],
 )
 def test_line_hits_its_case(line: str, case_id: str) -> None:
@@ -159,6 +167,10 @@ def test_line_hits_its_case(line: str, case_id: str) -> None:
         # the right route: a 404 there is vLLM saying the model name is unknown, not a wrong base URL
         ('INFO:     10.0.0.3:40000 - "POST /v1/chat/completions HTTP/1.1" 404 Not Found', "client-cannot-reach-server"),
         ('INFO:     10.0.0.3:40000 - "GET /models HTTP/1.1" 200 OK', "client-cannot-reach-server"),
+        # a Linux path, and a Windows client calling a server (no vllm package on the drive path)
+        ("File \"/usr/lib/python3.10/site-packages/vllm/engine/llm_engine.py\", line 3", "windows-native-unsupported"),
+        ("File \"C:\\Users\\me\\venv\\Lib\\site-packages\\openai\\_base_client.py\", line 1002, in request",
+         "windows-native-unsupported"),
     ],
 )
 def test_look_alike_stays_out(line: str, not_case: str) -> None:
