@@ -106,6 +106,15 @@ def _cases_hit(text: str) -> set[str]:
         ('INFO:     172.17.0.1:51234 - "GET /models HTTP/1.1" 404 Not Found', "client-cannot-reach-server"),
         ('INFO:     10.0.0.3:40000 - "POST /v1/v1/chat/completions HTTP/1.1" 404 Not Found', "client-cannot-reach-server"),
         ("status_code: 404, body: {'detail': 'Not Found'}", "client-cannot-reach-server"),
+        # read from blind round 10 once it was scored: an installed package lacking a name another one imports
+        ("ImportError: cannot import name 'disable_created_metrics' from 'prometheus_client' "
+         "(/usr/local/lib/python3.10/dist-packages/prometheus_client/__init__.py)", "dependency-conflict"),
+        ("ImportError: cannot import name 'model_validator' from 'pydantic' "
+         "(/usr/local/lib/python3.10/dist-packages/pydantic/__init__.cpython-310-x86_64-linux-gnu.so)", "dependency-conflict"),
+        ("requests.exceptions.ConnectionError: (MaxRetryError('HTTPSConnectionPool(host=\\'huggingface.co\\', port=443): "
+         "Max retries exceeded with url: /api/models/x (Caused by NameResolutionError(\"<c>: Failed to resolve "
+         "\\'huggingface.co\\' ([Errno -3] Temporary failure in name resolution)\"))'), '(Request ID: 1)')",
+         "hf-offline-no-cache"),
         # vLLM built or installed on native Windows: setup.py's own warning, the Windows build folder, a drive path
         ("vLLM only supports Linux platform (including WSL) and MacOS.Building on win32, so vLLM may not be able to run "
          "correctly", "windows-native-unsupported"),
@@ -167,6 +176,12 @@ def test_line_hits_its_case(line: str, case_id: str) -> None:
         # the right route: a 404 there is vLLM saying the model name is unknown, not a wrong base URL
         ('INFO:     10.0.0.3:40000 - "POST /v1/chat/completions HTTP/1.1" 404 Not Found', "client-cannot-reach-server"),
         ('INFO:     10.0.0.3:40000 - "GET /models HTTP/1.1" 200 OK', "client-cannot-reach-server"),
+        # a name missing from vLLM's own modules, the torch stack, or the asker's own module (no site-packages path)
+        ("ImportError: cannot import name 'flash_attn_varlen_func' from 'vllm_flash_attn' "
+         "(/x/site-packages/vllm_flash_attn/__init__.py)", "dependency-conflict"),
+        ("ImportError: cannot import name 'AttrsDescriptor' from 'triton.compiler.compiler' "
+         "(/x/site-packages/triton/compiler/compiler.py)", "dependency-conflict"),
+        ("ImportError: cannot import name 'build_prompt' from 'utils' (/home/me/project/utils.py)", "dependency-conflict"),
         # a Linux path, and a Windows client calling a server (no vllm package on the drive path)
         ("File \"/usr/lib/python3.10/site-packages/vllm/engine/llm_engine.py\", line 3", "windows-native-unsupported"),
         ("File \"C:\\Users\\me\\venv\\Lib\\site-packages\\openai\\_base_client.py\", line 1002, in request",
