@@ -115,6 +115,10 @@ def _cases_hit(text: str) -> set[str]:
          "Max retries exceeded with url: /api/models/x (Caused by NameResolutionError(\"<c>: Failed to resolve "
          "\\'huggingface.co\\' ([Errno -3] Temporary failure in name resolution)\"))'), '(Request ID: 1)')",
          "hf-offline-no-cache"),
+        ("{\"error\":\"AttributeError : 'ServingEmbedding' object has no attribute 'create_embedding'\"}",
+         "vllm-api-version-mismatch"),
+        ("Worker exit type: SYSTEM_ERROR Worker exit detail: Worker unexpectedly exits with a connection error code 2. "
+         "End of file.", "worker-process-died"),
         # vLLM built or installed on native Windows: setup.py's own warning, the Windows build folder, a drive path
         ("vLLM only supports Linux platform (including WSL) and MacOS.Building on win32, so vLLM may not be able to run "
          "correctly", "windows-native-unsupported"),
@@ -176,6 +180,8 @@ def test_line_hits_its_case(line: str, case_id: str) -> None:
         # the right route: a 404 there is vLLM saying the model name is unknown, not a wrong base URL
         ('INFO:     10.0.0.3:40000 - "POST /v1/chat/completions HTTP/1.1" 404 Not Found', "client-cannot-reach-server"),
         ('INFO:     10.0.0.3:40000 - "GET /models HTTP/1.1" 200 OK', "client-cannot-reach-server"),
+        # another library's serving class (no vLLM prefix or suffix it shares)
+        ("AttributeError: 'TGIServingChat' object has no attribute 'x'", "vllm-api-version-mismatch"),
         # a name missing from vLLM's own modules, the torch stack, or the asker's own module (no site-packages path)
         ("ImportError: cannot import name 'flash_attn_varlen_func' from 'vllm_flash_attn' "
          "(/x/site-packages/vllm_flash_attn/__init__.py)", "dependency-conflict"),
