@@ -1,22 +1,19 @@
 # Two entry points (README): `make demo` and `make test`. Both use the venv at .venv/.
 VENV ?= .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup demo test test-fast typecheck lint eval bench system-deps vllm-venv clean
+.PHONY: lock deps-latest setup demo test test-fast typecheck lint eval bench system-deps vllm-venv clean
 
-setup: $(STAMP)
+# Exactly what requirements.lock pins (hashes required); a stale lock is named in one line (scripts/setup_venv.sh).
+setup:
+	bash scripts/setup_venv.sh $(VENV)
 
-$(STAMP): pyproject.toml
-	test -x $(PY) || python3 -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	# torch is pinned to 2.13.0 (the CPU wheel); never let a resolver pick a CUDA build
-	$(PY) -m pip install -q 'torch==2.13.0'
-	$(PY) -m pip install -q -e '.[test]'
-	rm -f $(VENV)/.installed-*; touch $@
+# Refresh requirements.lock after editing pyproject.toml's dependencies (uv pip compile --generate-hashes).
+lock:
+	bash scripts/lock.sh
 
 # Main job on embedded defaults: no Slack token, no GPU, no LLM server.
 demo: setup
