@@ -23,6 +23,15 @@ Confidence = Literal["low", "medium", "high"]
 HostFacts = Mapping[str, object] | Sequence[str]
 # Logger level of a line, read from the prefix that cleaning removed ("" = no level prefix).
 LogLevel = Literal["", "debug", "info", "warning", "error"]
+# The part of a deployment a root line blames (issue 25's list; bot/root.py decides, kb/triage/ has the steps).
+Component = Literal[
+    "gpu-memory", "host-memory", "cuda-driver-stack", "python-packages", "model-files", "parallelism",
+    "gpu-hardware", "serving-api", "engine-config", "platform", "other",
+]
+COMPONENTS: tuple[Component, ...] = (
+    "gpu-memory", "host-memory", "cuda-driver-stack", "python-packages", "model-files", "parallelism",
+    "gpu-hardware", "serving-api", "engine-config", "platform", "other",
+)
 
 
 @dataclass(frozen=True)
@@ -83,6 +92,17 @@ class Match:
 
 
 @dataclass(frozen=True)
+class Root:
+    """The earliest line that states the error to fix (not a wrapper such as 'WorkerProc failed to start'),
+    and the component it blames. JSON: {"line": N, "text": "...", "component": "..."}; None when the paste
+    states no cause (cut before the exception)."""
+
+    line: int  # 1-based line number in the paste, as Evidence.line_no
+    text: str  # the cleaned (redacted) line
+    component: Component
+
+
+@dataclass(frozen=True)
 class Diagnosis:
     verdict: Verdict
     matches: tuple[Match, ...]  # best first, at most 5
@@ -94,6 +114,7 @@ class Diagnosis:
     facts: LogFacts | None = None  # what the log says about the setup (bot/facts.py)
     notes: tuple[str, ...] = ()  # matcher notes, e.g. "the final error line is missing"
     kind: Literal["log", "question"] = "log"  # question: short text without a log (bot/question.py)
+    root: Root | None = None  # the line to fix and its component (bot/root.py); None: no line states a cause
 
     @property
     def best(self) -> Match | None:
