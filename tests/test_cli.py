@@ -134,3 +134,27 @@ def test_help_and_errors_name_the_installed_command(tmp_path: Path) -> None:
     assert shown.returncode == 0 and shown.stdout.decode().startswith("usage: vllm-doctor ")
     missing = run_cli(["kb", "show", "no-such-case"], tmp_path)
     assert missing.returncode != 0 and "`vllm-doctor kb list`" in missing.stderr.decode()
+
+
+@pytest.mark.parametrize("verbose", [False, True])
+def test_third_party_warnings_go_to_the_log_not_the_terminal(verbose: bool) -> None:
+    """cryptography deprecates DSA and asyncssh (the SSH runner) imports it: a user never sees that warning
+    on stderr; with -v it is a debug log line."""
+    code = (
+        "import io, contextlib\n"
+        "from bot.cli.main import main\n"
+        f"args = {['-v'] if verbose else []!r} + ['kb', 'list', '--json']\n"
+        "with contextlib.redirect_stdout(io.StringIO()): rc = main(args)\n"
+        "import asyncssh  # noqa: F401  (the import that warns)\n"
+        "import warnings; warnings.warn('a library notice', UserWarning)\n"
+        "assert rc == 0\n"
+    )
+    env = dict(os.environ)
+    env.pop("PYTHONWARNINGS", None)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=120, check=False, env=env)
+    assert proc.returncode == 0, proc.stderr.decode()
+    err = proc.stderr.decode()
+    if verbose:
+        assert "py.warnings" in err and "a library notice" in err
+    else:
+        assert "Warning" not in err and "a library notice" not in err, err

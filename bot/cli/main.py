@@ -425,6 +425,10 @@ def main(argv: list[str] | None = None) -> int:
         format="%(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    # Third-party warnings (a library's deprecation notices) are for developers, not users: they go to the
+    # log, shown with -v only.
+    logging.captureWarnings(True)
+    logging.getLogger("py.warnings").setLevel(logging.DEBUG if args.verbose else logging.ERROR)
     try:
         return int(args.func(args) or 0)
     except DoctorError as exc:

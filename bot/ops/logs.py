@@ -59,6 +59,9 @@ def configure_logging(fmt: str, level: int = logging.INFO) -> None:
         root.removeHandler(old)
     root.addHandler(handler)
     logging.getLogger("bot").setLevel(level)
+    # A library's deprecation warnings become DEBUG-level log records of the bot, not stray stderr lines.
+    logging.captureWarnings(True)
+    logging.getLogger("py.warnings").setLevel(logging.DEBUG if level <= logging.DEBUG else logging.ERROR)
 
 
 class ContextExecutor(ThreadPoolExecutor):
