@@ -13,7 +13,11 @@ setup:
 
 # Refresh requirements.lock after editing pyproject.toml's dependencies (uv pip compile --generate-hashes).
 lock:
-	bash scripts/lock.sh
+	bash scripts/lock.sh $(ARGS)
+
+# Not part of CI: the newest versions pyproject.toml allows, in a scratch venv; lists what moved and what broke.
+deps-latest:
+	bash scripts/deps_latest.sh
 
 # Main job on embedded defaults: no Slack token, no GPU, no LLM server.
 demo: setup

@@ -5,6 +5,9 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 tools="${LOCK_TOOLS_VENV:-.cache/lock-tools}"
 [ -x "$tools/bin/uv" ] || { python3 -m venv "$tools" && "$tools/bin/pip" install -q 'uv==0.13.9'; }
+# The current lock is the starting point: uv keeps its pins unless pyproject.toml needs a change
+# (`make lock ARGS=--upgrade` or `bash scripts/lock.sh --upgrade` moves everything to the newest allowed).
+[ -f requirements.lock ] && cp requirements.lock requirements.lock.new
 "$tools/bin/uv" pip compile pyproject.toml scripts/lock-tools.in --extra test \
     --override scripts/lock-overrides.txt --find-links /opt/wheels \
     --python-version 3.11 --python-platform x86_64-manylinux_2_28 \

@@ -129,6 +129,8 @@ def _report_added(out: TextIO, applied: Any, as_json: bool, nearest: list[Any], 
         "committed": bool(applied.commit and applied.commit.ok),
         "resolved_candidates": applied.resolved_candidates,
         "nearest": [{"case_id": s.case_id, "similarity": round(s.similarity, 3)} for s in nearest],
+        # The same rule `kb lint` applies (kb.schema.Case.missing_chinese): a note, an error only with --strict-zh.
+        "missing_chinese": written.case.missing_chinese(),
     }
     if as_json:
         print(json.dumps(result, ensure_ascii=False), file=out)
@@ -137,6 +139,9 @@ def _report_added(out: TextIO, applied: Any, as_json: bool, nearest: list[Any], 
     _print(out, f"{verb}: {written.path}")
     if written.renamed:
         _print(out, f"note: id {written.requested_id!r} was taken; saved as {written.case.id!r}")
+    if result["missing_chinese"]:
+        _print(out, f"note: no Chinese text yet for {', '.join(result['missing_chinese'])}: Chinese askers see the "
+               "English text until it is filled (`kb lint` notes it; `kb lint --strict-zh` requires it)")
     if applied.live:
         _print(out, f"indexed and live in {applied.live_seconds:.2f} s (a running bot picks it up on its next request)")
     else:

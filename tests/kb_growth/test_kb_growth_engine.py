@@ -6,6 +6,7 @@ and the CLI adds, searches and reports."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import json
 import os
@@ -261,6 +262,33 @@ def test_cli_add_from_file_then_search_and_stats(grow_settings: Any, tmp_path: P
     rc, out, _ = _kb(grow_settings, "stats", "--json")
     stats = json.loads(out)
     assert stats["cases"]["by_area"]["serving"] == len([c for c in load_kb(grow_settings.kb_dir).cases if c.area == "serving"])
+
+
+def test_kb_add_and_kb_lint_apply_one_rule_to_missing_chinese(grow_settings: Any, tmp_path: Path) -> None:
+    """A case `kb add` accepts without Chinese text passes `kb lint` with the same note; --strict-zh refuses it."""
+    from bot.cli.main import main
+
+    good = tmp_path / "nofile.yaml"
+    good.write_text(NOFILE_CASE_YAML, encoding="utf-8")
+    rc, out, err = _kb(grow_settings, "add", "--from-file", str(good))
+    assert rc == 0, err
+    assert "note: no Chinese text yet for summary_zh, cause_zh, keywords_zh" in out
+
+    def lint(*extra: str) -> tuple[int, str]:
+        buf_err = io.StringIO()
+        old_err, sys.stderr = sys.stderr, buf_err
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):
+                code = main(["kb", "lint", *extra, str(grow_settings.kb_dir)])
+        finally:
+            sys.stderr = old_err
+        return code, buf_err.getvalue()
+
+    rc, err = lint()
+    assert rc == 0, err
+    assert "note: " in err and "too-many-open-files.yaml" in err and "field 'cause_zh': missing Chinese text" in err
+    rc, err = lint("--strict-zh")
+    assert rc == 1 and "error: " in err and "too-many-open-files.yaml" in err
 
 
 def test_cli_add_errors_name_the_file_and_the_field(grow_settings: Any, tmp_path: Path) -> None:
