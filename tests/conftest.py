@@ -16,6 +16,13 @@ EVAL_DIR = REPO / "tests" / "eval"
 HEALTHY_DIR = EVAL_DIR / "healthy"
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that uses the real vLLM server is a `vllm` test wherever it lives (`make test-fast` skips them)."""
+    for item in items:
+        if "vllm_server" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.vllm)
+
+
 @pytest.fixture(scope="session")
 def index_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("index")

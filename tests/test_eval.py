@@ -197,6 +197,7 @@ def report(doctor, items, noise):
     return evaluate(doctor, items, noise, k=FOLDS)
 
 
+@pytest.mark.slow  # the grouped k-fold over every labelled log (minutes)
 def test_held_back_numbers_meet_the_floors(report) -> None:
     clean = report.variants["clean"].pooled
     assert clean.top1 >= FLOOR_TOP1, clean
@@ -205,12 +206,14 @@ def test_held_back_numbers_meet_the_floors(report) -> None:
     assert clean.abstain_uncovered >= FLOOR_ABSTAIN, clean
 
 
+@pytest.mark.slow  # the grouped k-fold over every labelled log (minutes)
 def test_noisy_variant_stays_close_to_clean(report) -> None:
     clean, noisy = report.variants["clean"].pooled, report.variants["noisy"].pooled
     assert noisy.top1 >= clean.top1 - MAX_NOISY_DROP, (clean, noisy)
     assert noisy.confident_wrong <= MAX_NOISY_CONFIDENT_WRONG, noisy
 
 
+@pytest.mark.slow  # the grouped k-fold over every labelled log (minutes)
 def test_truncated_and_two_failure_variants(report) -> None:
     assert report.variants["truncated"].pooled.top3 >= FLOOR_TRUNCATED_TOP3, report.variants["truncated"].pooled
     two = report.variants["two-failures"].pooled
@@ -219,6 +222,7 @@ def test_truncated_and_two_failure_variants(report) -> None:
     assert two.confident_wrong <= MAX_TWO_FAILURES_CONFIDENT_WRONG, two
 
 
+@pytest.mark.slow  # the grouped k-fold over every labelled log (minutes)
 def test_each_fold_reports_the_tuning_gap(report) -> None:
     assert len(report.folds) == FOLDS
     clean = report.variants["clean"].pooled
@@ -227,12 +231,14 @@ def test_each_fold_reports_the_tuning_gap(report) -> None:
     assert set(gap) >= {"top1", "top3", "confident_wrong", "abstain_uncovered", "match_covered"}
 
 
+@pytest.mark.slow  # the grouped k-fold over every labelled log (minutes)
 def test_hybrid_beats_each_single_retriever(report) -> None:
     top1 = {name: m.top1 for name, m in report.retrievers}
     assert top1["hybrid"] > top1["bm25"]
     assert top1["hybrid"] > top1["dense"]
 
 
+@pytest.mark.slow  # the grouped k-fold over every labelled log (minutes)
 def test_tuning_never_sees_the_held_back_labels(report, items) -> None:
     """Scrambling the labels of one fold's logs must not change the params tuned for that fold."""
     matching = report.matching
@@ -249,6 +255,7 @@ def test_tuning_never_sees_the_held_back_labels(report, items) -> None:
     assert own.top1 >= folds[0].heldback.top1
 
 
+@pytest.mark.slow  # the grouped k-fold over every labelled log (minutes)
 def test_shipped_match_params_are_as_good_as_tuning_on_all_logs(report, items) -> None:
     """Users get MatchParams(): they must be what the tuning procedure finds on every labelled log (within a
     margin for CPUs whose MiniLM vectors differ in the last bits), so the held-back numbers, which score the same

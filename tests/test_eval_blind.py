@@ -86,6 +86,7 @@ def blind_scores(doctor) -> dict[str, object]:
     return {r.variant: r.metrics for r in score_blind(matching, items, noise, VARIANTS)}
 
 
+@pytest.mark.slow  # scores the whole blind round
 def test_blind_round_meets_its_floors(blind_scores) -> None:
     assert set(blind_scores) == set(VARIANTS)
     for variant, floors in FLOORS.items():
@@ -98,6 +99,7 @@ def test_blind_round_meets_its_floors(blind_scores) -> None:
             assert getattr(m, name) <= ceiling, (variant, name, m)
 
 
+@pytest.mark.slow  # scores the whole blind round
 def test_eval_scores_a_blind_round_beside_the_labelled_file_apart(doctor, tmp_path, capsys) -> None:
     """`vllm-doctor eval DEV`: blind.jsonl beside DEV is scored with the shipped params and printed as its own
     rows (and as "blind" in --json); its logs never join the folds."""

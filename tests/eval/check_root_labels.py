@@ -14,7 +14,7 @@ COMPONENTS = {
 
 
 def load(name: str) -> dict[str, dict]:
-    return {json.loads(l)["id"]: json.loads(l) for l in (HERE / name).read_text().splitlines() if l.strip()}
+    return {json.loads(line)["id"]: json.loads(line) for line in (HERE / name).read_text().splitlines() if line.strip()}
 
 
 def main() -> int:

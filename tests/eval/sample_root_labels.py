@@ -10,7 +10,7 @@ HERE = Path(__file__).parent
 
 
 def sample_ids() -> list[str]:
-    ids = [json.loads(l)["id"] for l in (HERE / "dev.jsonl").read_text().splitlines() if l.strip()]
+    ids = [json.loads(line)["id"] for line in (HERE / "dev.jsonl").read_text().splitlines() if line.strip()]
     return random.Random(25).sample(sorted(ids), 120)
 
 
