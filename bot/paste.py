@@ -17,7 +17,7 @@ from __future__ import annotations
 import codecs
 import re
 from dataclasses import dataclass, field
-from typing import Final
+from typing import BinaryIO, Final
 
 from bot.errors import BinaryInput, EmptyInput, InputTooLarge
 from bot.redact import redact_with_count
@@ -90,6 +90,35 @@ def decode_input(data: str | bytes | Paste, max_bytes: int) -> Paste:
         raise EmptyInput("The log is empty. Paste the error output of vLLM (the last 50-100 lines are usually enough).")
     safe, count = redact_with_count(text)
     return Paste(safe, tuple(notes), count, size, _made_by=_ENTRY)
+
+
+def human_bytes(n: int) -> str:
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.1f}".removesuffix(".0") + f" {unit}"
+    return f"{n} bytes"
+
+
+def too_large_message(what: str, max_bytes: int) -> str:
+    """One line for input over the limit (read as far as limit + 1 bytes: its full size is not known)."""
+    return (
+        f"{what} is larger than the input limit of {human_bytes(max_bytes)} ({max_bytes} bytes, "
+        "VLLM_DOCTOR_MAX_INPUT_BYTES). Paste the last part of the log: the error is usually at the end."
+    )
+
+
+def read_limited(stream: BinaryIO, max_bytes: int, what: str) -> bytes:
+    """At most `max_bytes` from a file or stdin; more is refused after reading only `max_bytes` + 1, so
+    /dev/zero or an endless pipe costs one limit's worth of memory, never more."""
+    data = bytearray()
+    while len(data) <= max_bytes:
+        chunk = stream.read(max_bytes + 1 - len(data))  # a pipe may return less than asked
+        if not chunk:
+            break
+        data += chunk
+    if len(data) > max_bytes:
+        raise InputTooLarge(too_large_message(what, max_bytes))
+    return bytes(data)
 
 
 def _size(data: str | bytes, max_bytes: int) -> int:
