@@ -107,3 +107,71 @@ def test_batch_bom_deep_json_and_an_endless_line_each_get_their_object(doctor: A
     assert out[1] == {"id": None, "verdict": "unknown", "matches": [], "error": "line 2: JSON nested too deeply"}
     assert out[2]["matches"][0]["case_id"] == "kv-cache-no-memory"
     assert out[3]["verdict"] == "unknown" and "line 4: longer than the input limit" in out[3]["error"]
+
+
+# -- settings: ranges, one line each, nothing secret echoed ------------------------------------------------
+@pytest.mark.parametrize(("env", "named", "words"), [
+    ({"VLLM_DOCTOR_MATCH_THRESHOLD": "2"}, "VLLM_DOCTOR_MATCH_THRESHOLD", "less than or equal to 1"),
+    ({"VLLM_DOCTOR_MATCH_THRESHOLD": "nan"}, "VLLM_DOCTOR_MATCH_THRESHOLD", "finite number"),
+    ({"VLLM_DOCTOR_MATCH_THRESHOLD": "0.5", "VLLM_DOCTOR_UNCERTAIN_THRESHOLD": "0.7"},
+     "VLLM_DOCTOR_UNCERTAIN_THRESHOLD", "above VLLM_DOCTOR_MATCH_THRESHOLD"),
+    ({"VLLM_DOCTOR_LLM_TIMEOUT": "-1"}, "VLLM_DOCTOR_LLM_TIMEOUT", "greater than 0"),
+    ({"VLLM_DOCTOR_MAX_INPUT_BYTES": "-5"}, "VLLM_DOCTOR_MAX_INPUT_BYTES", "greater than 0"),
+    ({"VLLM_DOCTOR_DATABASE_URL": "sqlite:///tmp/x-hunter2.db"}, "VLLM_DOCTOR_DATABASE_URL", "postgresql://"),
+])
+def test_out_of_range_settings_are_refused_in_one_line(monkeypatch: pytest.MonkeyPatch, env: dict[str, str],
+                                                        named: str, words: str) -> None:
+    from bot.errors import ConfigError
+    from bot.settings import get_settings
+
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    get_settings.cache_clear()
+    try:
+        with pytest.raises(ConfigError) as caught:
+            get_settings()
+    finally:
+        get_settings.cache_clear()
+    message = str(caught.value)
+    assert message.splitlines() == [message] and named in message and words in message, message
+    assert "Value error" not in message and "hunter2" not in message
+
+
+def test_invalid_yaml_settings_file_is_one_line(tmp_path: Path) -> None:
+    config = tmp_path / "doctor.yaml"
+    config.write_text("VLLM_DOCTOR_LLM_TIMEOUT: [1\nVLLM_BASE_URL: http://x\n", encoding="utf-8")
+    proc = run_cli(["kb", "list"], tmp_path / "index", VLLM_DOCTOR_CONFIG=str(config))
+    err = proc.stderr.decode().strip()
+    assert proc.returncode == 2 and err.splitlines() == [err], err
+    assert err.startswith(f"error: settings file {config}: invalid YAML:") and "(line 2, column" in err, err
+
+
+def test_a_kb_folder_that_does_not_exist_is_an_error_not_unknown_answers(tmp_path: Path) -> None:
+    log = tmp_path / "crash.log"
+    log.write_text(KV_LOG, encoding="utf-8")
+    missing = tmp_path / "no-such-kb"
+    for args in (["explain", "--no-llm", str(log)], ["kb", "list"]):
+        proc = run_cli(args, tmp_path / "index", VLLM_DOCTOR_KB_DIR=str(missing))
+        err = proc.stderr.decode().strip()
+        assert proc.returncode == 2 and proc.stdout == b"", err
+        assert err == f"error: the KB folder {missing} does not exist (setting VLLM_DOCTOR_KB_DIR)"
+
+
+def test_a_kb_folder_that_cannot_be_written_is_named(tmp_path: Path) -> None:
+    from bot.errors import ConfigError
+    from bot.kb_growth.writer import LOCK_NAME, CaseWriter
+
+    cases = tmp_path / "cases"
+    (cases / LOCK_NAME).mkdir(parents=True)  # the lock file cannot be opened: as root, chmod would not stop us
+    with pytest.raises(ConfigError, match=rf"cannot write to the KB folder {cases}: .*VLLM_DOCTOR_KB_WRITE_DIR"):
+        with CaseWriter(cases).locked():
+            pass
+
+
+def test_database_url_password_is_masked_in_errors() -> None:
+    from bot.errors import ConfigError
+    from bot.kb_growth.db import Database
+
+    with pytest.raises(ConfigError) as caught:
+        _ = Database("postgresql://svc:S3cretPassw0rd@127.0.0.1:1/doctor").storage  # nothing listens on port 1
+    assert "S3cretPassw0rd" not in str(caught.value) and "svc:***@127.0.0.1:1" in str(caught.value), caught.value

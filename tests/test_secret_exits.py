@@ -48,10 +48,10 @@ def test_cli_text_and_json_show_the_lines_but_no_secret(n: int, doctor: Any, tmp
     assert leaks("\n".join(r.getMessage() for r in caplog.records)) == []
 
 
-@pytest.mark.parametrize("part", range(3))
+@pytest.mark.parametrize("part", range(4))
 def test_cli_json_keeps_ordinary_vllm_content_intact(part: int, doctor: Any, tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    group = ORDINARY[part::3]  # ≤ 8 lines: every one is kept as evidence
+    group = ORDINARY[part::4]  # ≤ 8 lines: every one is kept as evidence
     log = tmp_path / "ordinary.log"
     log.write_text("".join(f"ERROR 12-01 10:02:{i:02d} [x.py:1] {line}\n" for i, line in enumerate(group)), encoding="utf-8")
     rc, raw, _ = _run_in_process(["explain", "--no-llm", "--json", str(log)], doctor, monkeypatch)

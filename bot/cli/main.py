@@ -309,6 +309,9 @@ def cmd_kb(args: argparse.Namespace) -> int:
 
     settings = _settings()
     cases_dir = Path(getattr(args, "dir", None) or settings.kb_dir or DEFAULT_CASES_DIR)
+    from bot.settings import require_cases_dir
+
+    require_cases_dir(cases_dir, "the kb lint argument" if getattr(args, "dir", None) else "VLLM_DOCTOR_KB_DIR")
     kb = load_kb(cases_dir, strict=False)
     if args.kb_cmd == "lint":
         from kb.loader import missing_chinese
@@ -470,7 +473,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except DoctorError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        from bot.redact import redact
+
+        print(f"error: {redact(str(exc))}", file=sys.stderr)  # a message may quote a setting (a database URL)
         return 2
     except BrokenPipeError:  # `vllm-doctor … | head`
         return 0
