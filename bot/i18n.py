@@ -98,6 +98,9 @@ _TEXT: dict[str, dict[Language, str]] = {
                        "zh": "LLM 的回答未通过校验（{reason}），以下为知识库中的答案。"},
     "note.wrong_language": {"en": "the LLM answered in another language",
                             "zh": "LLM 没有用中文回答"},
+    # an LLM-written command that is neither a KB case's nor an allow-listed diagnostic (bot/explain/answer.py)
+    "text.unchecked_command": {"en": "⚠ unchecked command written by the LLM: do not run it without reading it",
+                               "zh": "⚠ 由 LLM 写出、未经核对的命令：请先读懂，不要直接运行"},
     # notes of the ranking (bot/match.py)
     "note.truncated": {"en": "the paste ends inside a traceback: its final error line is missing, so this is the best "
                              "guess from the frames and facts above it (paste the lines that follow to be sure)",

@@ -17,7 +17,7 @@ from __future__ import annotations
 import codecs
 import re
 from dataclasses import dataclass, field
-from typing import Final
+from typing import BinaryIO, Final
 
 from bot.errors import BinaryInput, EmptyInput, InputTooLarge
 from bot.redact import redact_with_count
@@ -26,6 +26,10 @@ _ENTRY: Final = object()  # only this module holds it: a Paste made anywhere els
 _HEAD = 8192  # bytes looked at by the binary test
 _ANSI_BYTES = re.compile(rb"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]{0,512}(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
+# the same sequences in decoded text; none spans a line (a stray ESC ] must not swallow line breaks)
+_ANSI_TEXT = re.compile(r"\x1b\[[0-9;?]{0,64}[ -/]{0,8}[@-~]|\x1b\][^\x07\x1b\r\n]{0,512}(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
+_C1_CSI = re.compile(r"\x9b[0-9;?]{0,64}[ -/]{0,8}[@-~]")
+_C1 = re.compile(r"[\x80-\x9f]")
 # (BOM, codec) longest first: the UTF-32 LE BOM begins with the UTF-16 LE one
 _BOMS: Final = (
     (codecs.BOM_UTF32_LE, "utf-32-le"),
@@ -59,7 +63,7 @@ def redacted(text: str | Paste) -> Paste:
     returned as it is. No size or binary checks: use decode_input for what a user sends."""
     if isinstance(text, Paste):
         return text
-    clean, notes = _valid_text(text)
+    clean, notes = _valid_text(_strip_controls(text))
     safe, count = redact_with_count(clean)
     return Paste(safe, notes, count, len(text), _made_by=_ENTRY)
 
@@ -81,15 +85,47 @@ def decode_input(data: str | bytes | Paste, max_bytes: int) -> Paste:
     else:
         text = data
         if "\x00" in text[:_HEAD]:
-            raise BinaryInput("This looks like binary data, not a text log. Paste the text of the error output.")
+            rest = text.replace("\x00", "")
+            if not rest.strip() or _looks_binary(rest[:_HEAD].encode("utf-8", "surrogatepass")):
+                raise BinaryInput("This looks like binary data, not a text log. Paste the text of the error output.")
+            notes.append("NUL bytes were removed (log rotation with copytruncate pads the file with them)")
     if text.startswith("\ufeff"):
         text = text[1:]
-    text, more = _valid_text(text)
+    text, more = _valid_text(_strip_controls(text))
     notes += more
     if not text.strip():
         raise EmptyInput("The log is empty. Paste the error output of vLLM (the last 50-100 lines are usually enough).")
     safe, count = redact_with_count(text)
     return Paste(safe, tuple(notes), count, size, _made_by=_ENTRY)
+
+
+def human_bytes(n: int) -> str:
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.1f}".removesuffix(".0") + f" {unit}"
+    return f"{n} bytes"
+
+
+def too_large_message(what: str, max_bytes: int) -> str:
+    """One line for input over the limit (read as far as limit + 1 bytes: its full size is not known)."""
+    return (
+        f"{what} is larger than the input limit of {human_bytes(max_bytes)} ({max_bytes} bytes, "
+        "VLLM_DOCTOR_MAX_INPUT_BYTES). Paste the last part of the log: the error is usually at the end."
+    )
+
+
+def read_limited(stream: BinaryIO, max_bytes: int, what: str) -> bytes:
+    """At most `max_bytes` from a file or stdin; more is refused after reading only `max_bytes` + 1, so
+    /dev/zero or an endless pipe costs one limit's worth of memory, never more."""
+    data = bytearray()
+    while len(data) <= max_bytes:
+        chunk = stream.read(max_bytes + 1 - len(data))  # a pipe may return less than asked
+        if not chunk:
+            break
+        data += chunk
+    if len(data) > max_bytes:
+        raise InputTooLarge(too_large_message(what, max_bytes))
+    return bytes(data)
 
 
 def _size(data: str | bytes, max_bytes: int) -> int:
@@ -113,14 +149,15 @@ def _decode_bytes(data: bytes, notes: list[str]) -> str:
         if codec != "utf-8":
             notes.append(f"decoded as {codec.upper()} (byte order mark)")
         return text
-    head = data[:_HEAD]
-    if b"\x1b" in head:  # colour codes are text, not binary
-        head = _ANSI_BYTES.sub(b"", head)
-    if b"\x00" in head or (head and sum(b < 9 or 13 < b < 32 for b in head) / len(head) > 0.1):
-        raise BinaryInput(
-            "This looks like a binary file, not a text log. Paste the text of the error output "
-            "(or attach the .log/.txt file)."
-        )
+    if _looks_binary(data[:_HEAD]):
+        padded = text_behind_nul_padding(data)
+        if padded is None:
+            raise BinaryInput(
+                "This looks like a binary file, not a text log. Paste the text of the error output "
+                "(or attach the .log/.txt file)."
+            )
+        notes.append("NUL bytes were removed (log rotation with copytruncate pads the file with them)")
+        return padded
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
@@ -132,6 +169,37 @@ def _decode_bytes(data: bytes, notes: list[str]) -> str:
     except UnicodeDecodeError:
         notes.append("invalid UTF-8 bytes were replaced with U+FFFD")
         return data.decode("utf-8", errors="replace")
+
+
+def _looks_binary(head: bytes) -> bool:
+    if b"\x1b" in head:  # colour codes are text, not binary
+        head = _ANSI_BYTES.sub(b"", head)
+    return b"\x00" in head or bool(head) and sum(b < 9 or 13 < b < 32 for b in head) / len(head) > 0.1
+
+
+def text_behind_nul_padding(data: bytes) -> str | None:
+    """A text log behind NUL bytes (copytruncate rotation leaves a run of them where the old content was):
+    the text without them, when the rest is valid UTF-8 text; None for binary data."""
+    rest = data.replace(b"\x00", b"")
+    if not rest.strip() or _looks_binary(rest[:_HEAD]):
+        return None
+    try:
+        return rest.decode("utf-8")
+    except UnicodeDecodeError:  # images, archives, executables: their other bytes are not UTF-8
+        return None
+
+
+def _strip_controls(text: str) -> str:
+    """Terminal control sequences out of the text, before redaction: ANSI colour (a code inside a token
+    would hide it from the redactor and the token would be re-joined downstream), C1 controls
+    (U+0080-U+009F: U+009B is a CSI that terminals obey) and NUL padding."""
+    if "\x1b" in text:
+        text = _ANSI_TEXT.sub("", text)
+    if not text.isascii() and _C1.search(text):
+        text = _C1.sub("", _C1_CSI.sub("", text))
+    if "\x00" in text:
+        text = text.replace("\x00", "")
+    return text
 
 
 def _valid_text(text: str) -> tuple[str, tuple[str, ...]]:

@@ -44,7 +44,7 @@ from bot.models import (
 from bot.ops import metrics
 from bot.paste import Paste, decode_input
 from bot.question import QuestionMatcher, looks_like_question
-from bot.settings import Settings, get_settings
+from bot.settings import Settings, get_settings, require_cases_dir
 from bot.versions import known_versions
 from kb.loader import DEFAULT_CASES_DIR, KnowledgeBase, case_files, load_kb
 from kb.schema import Case
@@ -86,6 +86,8 @@ class Pipeline:
         self._lock = threading.RLock()
         self._kb_from_dir = kb is None  # then the index is written for the newest files (see _open_index)
         self.build_progress = False  # a progress bar while (re-)embedding: `vllm-doctor index` on a terminal
+        if kb is None:
+            require_cases_dir(self.cases_dir, "VLLM_DOCTOR_KB_DIR")
         self._kb = kb or load_kb(self.cases_dir, strict=False)
         for err in self._kb.errors:
             log.error("KB lint error, case skipped: %s", err)

@@ -74,10 +74,23 @@ class _Rule:
             pieces += [text[last:cut], mark, _line_breaks(text, cut, m.end())]
             last = m.end()
             count += 1
+            wrapped = _WRAPPED.match(text, last) if m.end() - cut >= 16 else None
+            if wrapped is not None:  # a long value at the end of a line, hard-wrapped onto the next one
+                pieces += [wrapped.group(1), mark]
+                last = wrapped.end()
         if not count:
             return text, 0
         pieces.append(text[last:])
         return "".join(pieces), count
+
+
+# The rest of a token wrapped onto the next line by a terminal or a log viewer: the next line begins with a
+# run of token characters holding a letter and a digit, then a space or the line's end (not a log prefix:
+# those begin with a level word, a date, a bracket or indentation).
+_WRAPPED = re.compile(
+    r"(\r\n?|\n)(?!\d{2,4}[-/:.])(?=[A-Za-z0-9+/=_-]{0,256}?\d)(?=[A-Za-z0-9+/=_-]{0,256}?[A-Za-z])"
+    r"[A-Za-z0-9+/=_-]{6,256}+(?=\s|$)"
+)
 
 
 def _line_breaks(text: str, start: int, end: int) -> str:
@@ -119,10 +132,12 @@ def _word_start(literal: str) -> str:
 _VALUE = (
     r"(?![\[<${(*])(?!(?:none|null|nil|true|false|undefined)\b)"
     r"(?![\w-]{0,12}?(?i:xxx|\.\.\.)(?!\w))"  # a placeholder written in docs and KB fixes: hf_xxx, sk-...
-    r"[^\s'\",;&)}\]]{3,512}"
+    r"[^\s'\",;&)}\]，；）。]{3,512}"
 )
 _QUOTE = r"(?:\\?+['\"])?+"  # an optional quote, JSON-escaped or not
-_SEP = _QUOTE + r"\s{0,8}+(?:=|:(?!//))\s{0,8}+" + _QUOTE  # key/value separator with optional quotes
+# key/value separator with optional quotes; also the full-width colon (密码：…) and a tab before a quoted
+# value (a table of variables: API_KEY<TAB>"…")
+_SEP = "(?:" + _QUOTE + r"\s{0,8}+(?:=|:(?!//)|：)\s{0,8}+" + _QUOTE + r"|\t{1,8}+['\"])"
 _LIST = r"(?:\[\s{0,8}+['\"])?+"  # vLLM prints some secrets as a list: 'api_key': ['token-abc']
 
 
@@ -136,13 +151,15 @@ _SECRET_WORDS = (
     "apikey", "api_key", "api-key", "accesskey", "access_key", "secretkey", "secret_key",
     "privatekey", "private_key", "accountkey", "account_key", "authkey", "auth_key", "sharedkey",
     "subscription-key", "subscription_key", "subscriptionkey",
+    "private_key_id", "client-key-data", "client_key_data",  # GCP service account JSON, kubeconfig
+    "密码", "密钥", "口令",  # password, secret key, passphrase (API密钥：…, 密码：…)
 )  # fmt: skip
 _SECRET_KEY_WORDS = _words(*_SECRET_WORDS)
 # Signature-bearing query parameters of presigned / SAS URLs
 _URL_CREDENTIAL_WORDS = (
     "x-amz-signature", "x-amz-credential", "x-amz-security-token", "x-goog-signature", "x-goog-credential",
     "sig", "signature", "access_token", "id_token", "refresh_token", "token", "api_key", "apikey", "key",
-    "password", "client_secret",
+    "password", "client_secret", "auth", "auth_token", "access_key",
 )  # fmt: skip
 
 _RULES: tuple[_Rule, ...] = (
@@ -165,6 +182,46 @@ _RULES: tuple[_Rule, ...] = (
         r"\s(?:-p|--password)(?:=|\s{1,8}+)['\"]?+)(?![\[<$])[^\s'\"]{1,512}",
         ("login",),
         keep_head=True,
+    ),
+    # echo PASS | docker login … --password-stdin: the password is the echoed word
+    _rule(
+        "registry-password",
+        r"(?P<head>(?:echo|printf)(?:\s{1,8}+-[a-z]{1,3}+)?\s{1,8}+['\"]?+)(?![\[<$])[^\s'\"|]{1,512}+"
+        r"(?=['\"]?+\s{0,8}+\|[^\n]{0,300}?--password-stdin)",
+        ("echo", "printf"),
+        keep_head=True,
+    ),
+    # a password given as a short flag: sshpass -p P, redis-cli -a P, mysql -pP / --password=P
+    _rule(
+        "cli-password",
+        r"(?P<head>(?:sshpass\b[^\n]{0,100}?\s-p|redis-cli\b[^\n]{0,100}?\s-a|"
+        r"mysql(?:dump|admin)?\b[^\n]{0,100}?\s-p(?=[^\s-]))\s{0,8}+['\"]?+)(?![\[<$])[^\s'\"]{1,512}",
+        ("sshpass", "redis-cli", "mysql"),
+        keep_head=True,
+    ),
+    # ~/.netrc: machine HOST login USER password P
+    _rule(
+        "netrc-password",
+        r"(?P<head>machine\s{1,8}+[^\s]{1,256}+\s{1,8}+login\s{1,8}+[^\s]{1,256}+\s{1,8}+password\s{1,8}+)"
+        r"(?![\[<$])[^\s]{1,512}",
+        ("machine",),
+        keep_head=True,
+    ),
+    # curl -u user:password / --user user:password: keep the user
+    _rule(
+        "curl-password",
+        r"(?P<head>curl\b[^\n]{0,300}?\s(?:-u|--user)(?:=|\s{0,8}+)['\"]?+(?![\[<$])[^\s:'\"]{0,256}+:)"
+        r"(?![\[<$])[^\s'\"]{1,512}",
+        ("curl",),
+        keep_head=True,
+    ),
+    # legacy NGC key in an error: "invalid apikey <base64>" (no key=value shape, no vendor prefix)
+    _rule(
+        "api-key",
+        r"(?P<head>api[ _-]?key\s{1,8}+)(?=[a-z0-9+/=_-]{0,512}?\d)[a-z0-9+/=_-]{20,512}(?![a-z0-9+/=_-])",
+        ("apikey", "api key", "api_key", "api-key"),
+        keep_head=True,
+        caseless=True,
     ),
     # wandb login [--relogin] [--host=URL] <40 hex>
     _rule(
@@ -272,14 +329,15 @@ _RULES: tuple[_Rule, ...] = (
     _rule(
         "cli-secret",
         r"(?P<head>--(?:api-key|hf-token|token|password|passwd|secret|access-token|auth-token|client-secret)"
-        r"(?:=|\s{1,8}+)['\"]?+)" + _VALUE,
+        # --flag=V, --flag V, a container's args list ["--api-key", "V"], YAML args "- --api-key" / "- V"
+        r"(?:=|['\"]?+\s{0,8}+,\s{0,8}+|[ \t]{0,8}+\n\s{0,16}+-\s{1,8}+|\s{1,8}+)['\"]?+)" + _VALUE,
         ("--",),
         keep_head=True,
     ),
     _rule(
         "secret-assignment",
         r"(?P<head>" + _SECRET_KEY_WORDS + _SEP + _LIST + ")" + _VALUE,
-        ("pass", "secret", "token", "key", "credential"),
+        ("pass", "secret", "token", "key", "credential", "密码", "密钥", "口令"),
         keep_head=True,
         caseless=True,
         starts=_SECRET_WORDS,

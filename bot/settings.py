@@ -72,8 +72,11 @@ class _YamlFileSource(PydanticBaseSettingsSource):
             data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
         except OSError as exc:
             raise ConfigError(f"settings file {path}: {exc.strerror}") from exc
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"settings file {path}: invalid YAML: {exc}") from exc
+        except yaml.YAMLError as exc:  # its str() spans five lines with a quote of the file: one line here
+            mark = getattr(exc, "problem_mark", None)
+            where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+            problem = getattr(exc, "problem", None) or type(exc).__name__
+            raise ConfigError(f"settings file {path}: invalid YAML: {problem}{where}") from None
         if not isinstance(data, dict):
             raise ConfigError(f"settings file {path}: top level must be a mapping")
         # an aliased field is given by its alias, the others by their field name (the prefix is the env's)
@@ -124,16 +127,33 @@ class CoreSettings(BaseModel):
     )
     max_input_bytes: int = Field(
         32 * 1024 * 1024,
+        gt=0,
         description="Largest paste the engine accepts; larger input is refused with a clear message.",
     )
     match_threshold: float | None = Field(
         None,
+        ge=0,
+        le=1,
+        allow_inf_nan=False,
         description="Override the calibrated score above which the verdict is 'match'.",
     )
     uncertain_threshold: float | None = Field(
         None,
+        ge=0,
+        le=1,
+        allow_inf_nan=False,
         description="Override the calibrated score above which the verdict is 'uncertain' (else 'unknown').",
     )
+
+    @model_validator(mode="after")
+    def _uncertain_below_match(self) -> CoreSettings:
+        if (self.match_threshold is not None and self.uncertain_threshold is not None
+                and self.uncertain_threshold > self.match_threshold):
+            raise ValueError(
+                f"VLLM_DOCTOR_UNCERTAIN_THRESHOLD ({self.uncertain_threshold}) is above VLLM_DOCTOR_MATCH_THRESHOLD "
+                f"({self.match_threshold}): a score cannot be uncertain above the match line"
+            )
+        return self
 
 
 class LLMSettings(BaseModel):
@@ -155,6 +175,8 @@ class LLMSettings(BaseModel):
     )
     llm_timeout_s: float = Field(
         20.0,
+        gt=0,
+        allow_inf_nan=False,
         validation_alias=_env("VLLM_DOCTOR_LLM_TIMEOUT"),
         description="Upper bound in seconds for one explanation, streaming included; then KB-only.",
     )
@@ -166,6 +188,7 @@ class LLMSettings(BaseModel):
     llm_stall_timeout_s: float = Field(
         10.0,
         gt=0,
+        allow_inf_nan=False,
         validation_alias=_env("VLLM_DOCTOR_LLM_STALL_TIMEOUT"),
         description="A stream that sends nothing for this many seconds counts as failed (KB-only answer).",
     )
@@ -414,6 +437,14 @@ class StorageSettings(BaseModel):
         "event claims, audit, KB growth, LLM cache and breaker, fleet queue) in this one PostgreSQL database. "
         "Unset: one SQLite file per store (the *_DB settings), for a single process.",
     )
+
+    @field_validator("database_url")
+    @classmethod
+    def _postgres_url(cls, v: str | None) -> str | None:
+        if v is not None and v.strip() and not re.match(r"postgres(?:ql)?://[^/\s]", v.strip()):
+            # the value is not echoed: it may hold a password
+            raise ValueError("must be a postgresql://user:password@host:5432/db URL (unset it to use SQLite files)")
+        return v.strip() or None if v is not None else None
     metrics_port: int | None = Field(
         None,
         ge=0,
@@ -477,10 +508,18 @@ def get_settings() -> Settings:
     try:
         return Settings()
     except ValidationError as exc:
-        problems = [f"{'.'.join(_loc(err['loc'])) or 'settings'}: {err['msg']}" for err in exc.errors()]
+        problems = [_problem(err["loc"], err["msg"]) for err in exc.errors()]
         raise ConfigError("invalid setting " + "; ".join(problems)) from None
     except SettingsError as exc:
         raise ConfigError(f"invalid setting {_env_name_in(str(exc))}: not valid JSON") from None
+
+
+def _problem(loc: tuple[int | str, ...], msg: str) -> str:
+    """One problem: the setting by its environment name, then pydantic's message ("Value error, " dropped);
+    a rule between settings (no location) names them in its own message."""
+    msg = msg.removeprefix("Value error, ")
+    where = ".".join(_loc(loc))
+    return f"{where}: {msg}" if where else msg
 
 
 def _aliased(field_name: str) -> bool:
@@ -510,3 +549,11 @@ def _env_name_in(message: str) -> str:
     if match and match.group(1) in Settings.model_fields:
         return env_name(match.group(1))
     return match.group(1) if match else "(unknown)"
+
+
+def require_cases_dir(path: Path, setting: str) -> None:
+    """A KB folder that does not exist (a typo in the setting) is an error: an empty KB would answer every
+    log UNKNOWN and exit 0."""
+    if not path.is_dir():
+        what = "is not a folder" if path.exists() else "does not exist"
+        raise ConfigError(f"the KB folder {path} {what} (setting {setting})")

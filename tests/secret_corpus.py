@@ -133,6 +133,63 @@ _TEMPLATES: list[tuple[str, str, str]] = [
     ("db password yaml", "ERROR   db_password: {s} {m}", rand(18)),
     ("client secret dict", "ERROR {{'model': 'x', 'client_secret': '{s}'}} {m}", rand(24)),
     ("ray dashboard token", "ERROR RAY_AUTH_TOKEN={s} {m}", rand(36)),
+    # --- issue 28: shapes that leaked ({a}/{b}: the secret's two halves, split by what is between) ----
+    ("issue28: container args list --api-key",
+     'ERROR pod vllm-0 CrashLoopBackOff, args: ["--model", "Qwen/Qwen2.5-7B-Instruct", "--api-key", "{s}"] {m}',
+     rand(32)),
+    ("issue28: container args list --hf-token",
+     "ERROR container command: ['vllm', 'serve', 'meta-llama/Llama-3.1-8B', '--hf-token', '{s}'] {m}", rand(30)),
+    ("issue28: YAML args --api-key", "ERROR invalid container args {m}:\n  - --api-key\n  - {s}\n  - --port=8000",
+     rand(28)),
+    ("issue28: GCP private_key_id",
+     'ERROR {{"type": "service_account", "private_key_id": "{s}", "client_email": "svc@p.iam.gserviceaccount.com"}}'
+     " {m}", rand(40, HEX)),
+    ("issue28: curl -u user:pass", "ERROR curl -u admin:{s} http://10.0.0.5:8000/v1/models returned 401 {m}",
+     rand(18)),
+    ("issue28: curl --user quoted", 'ERROR curl -sS --user "deploy:{s}" https://registry.internal/v2/ {m}', rand(22)),
+    ("issue28: echo | docker login --password-stdin",
+     "ERROR echo {s} | docker login nvcr.io -u '$oauthtoken' --password-stdin failed {m}", rand(24)),
+    ("issue28: echo quoted | podman login --password-stdin",
+     'ERROR echo "{s}" | podman login quay.io -u bot --password-stdin {m}', rand(26)),
+    ("issue28: echo -n | nerdctl login --password-stdin",
+     "ERROR echo -n {s} | sudo nerdctl login harbor.corp --username ci --password-stdin {m}", rand(20)),
+    ("issue28: legacy NGC invalid apikey", "Error response from daemon: invalid apikey {s} {m}", rand(84, B64)),
+    ("issue28: sshpass -p", "ERROR sshpass -p {s} ssh gpu01 nvidia-smi: Permission denied {m}", rand(16)),
+    ("issue28: sshpass -p quoted", "ERROR sshpass -p '{s}' scp model.tar gpu02:/data {m}", rand(16)),
+    ("redis-cli -a", "ERROR redis-cli -h 10.1.2.3 -a {s} ping: NOAUTH {m}", rand(20)),
+    ("mysql -p", "ERROR mysql -u vllm -p{s} -h db.internal metrics: access denied {m}", rand(16)),
+    ("issue28: 密码 ascii colon", "错误：数据库连接失败，密码: {s} {m}", rand(14)),
+    ("issue28: 密码 full-width colon", "错误：登录失败 密码：{s} {m}", rand(14)),
+    ("issue28: API密钥 full-width colon", "错误：API密钥：{s} 无效 {m}", rand(32)),
+    ("口令 assignment", "错误：口令={s} 已过期 {m}", rand(12)),
+    ("issue28: API_KEY tab quoted", 'ERROR env dump: API_KEY\t"{s}" {m}', rand(32)),
+    ("OPENAI_API_KEY tabs quoted", "ERROR OPENAI_API_KEY\t\t'{s}' {m}", "sk-" + rand(40)),
+    ("issue28: wss auth query", "ERROR websocket wss://rt.internal:8443/v1/stream?auth={s}&model=qwen closed {m}",
+     rand(40, URLSAFE)),
+    ("ws access_key query", "ERROR ws://10.0.0.9:9000/feed?lang=en&access_key={s} refused {m}", rand(32)),
+    ("issue28: kubeconfig client-key-data", "ERROR kubeconfig users[0].user: client-key-data: {s} {m}",
+     rand(120, B64) + "="),
+    ("kubeconfig token", "ERROR kubeconfig users[0].user {m}:\n    token: {s}\n", rand(48, URLSAFE)),
+    ("issue28: hf token split by ANSI colour", "ERROR \x1b[31mHF_TOKEN={a}\x1b[0m\x1b[31m{b}\x1b[0m rejected {m}",
+     "hf_" + rand(34)),
+    ("issue28: password split by ANSI bold", "ERROR password=\x1b[1m{a}\x1b[22m{b} {m}", rand(20)),
+    ("token split by C1 CSI", "ERROR VLLM_API_KEY={a}\x9b0m{b} {m}", rand(30)),
+    ("issue28: bearer wrapped onto the next line", "ERROR 401 for {m} Authorization: Bearer {a}\n{b} rejected",
+     rand(60) + "7"),
+    ("issue28: api key wrapped onto the next line", "ERROR {m} VLLM_API_KEY={a}\n{b}", rand(48) + "3"),
+    ("netrc password", "ERROR ~/.netrc: machine huggingface.co login hf password {s} {m}", rand(24)),
+    ("json camelCase apiKey", 'ERROR {{"apiKey": "{s}", "baseURL": "http://10.0.0.5:8000/v1"}} {m}', rand(32)),
+    ("PGPASSWORD env", "ERROR PGPASSWORD={s} psql -h db.internal {m}", rand(18)),
+    ("proxy authorization basic", "ERROR Proxy-Authorization: Basic {s} {m}", rand(24, B64) + "=="),
+    ("yaml hf_token", "ERROR values.yaml {m}:\n  hf_token: {s}\n", rand(30)),
+    ("--client-secret flag", "ERROR oauth2-proxy --client-secret {s} --provider oidc {m}", rand(32)),
+    ("minio secret_key", "ERROR minio client secret_key={s} for bucket models {m}", rand(40)),
+    ("docker run -e HF_TOKEN", "ERROR docker run -e HF_TOKEN={s} vllm/vllm-openai:latest {m}", rand(30)),
+    ("python dict authorization", "ERROR headers={{'authorization': 'Bearer {s}'}} {m}", rand(40)),
+    ("key and value coloured apart", "ERROR \x1b[33mAPI_KEY\x1b[0m=\x1b[32m{s}\x1b[0m {m}", rand(32)),
+    ("key coloured with C1 CSI", "ERROR \x9b1mpassword\x9b0m: {s} {m}", rand(18)),
+    ("echo | helm registry login --password-stdin",
+     "ERROR echo '{s}' | helm registry login registry.corp -u ci --password-stdin {m}", rand(22)),
 ]
 
 
@@ -140,7 +197,9 @@ def _build() -> list[Shape]:
     shapes = []
     for n, (name, template, secret) in enumerate(_TEMPLATES):
         marker = f"chatcmpl-{n:03d}{rand(13, HEX)}"
-        shapes.append(Shape(name, template.format(s=secret, m=marker), secret, marker))
+        half = len(secret) // 2
+        line = template.format(s=secret, m=marker, a=secret[:half], b=secret[half:])
+        shapes.append(Shape(name, line, secret, marker))
     return shapes
 
 
@@ -221,4 +280,13 @@ ORDINARY = [
     "79.11 GiB of which 1.02 GiB is free.",
     "ssh://git@github.com/vllm-project/vllm.git@v0.10.1 resolved to 0123456789abcdef0123456789abcdef01234567",
     "Using the secret sauce: FlashAttention backend; pad_token: <|endoftext|>, eos_token_id=2",
+    # issue 28: near the new shapes, but not secrets
+    "错误：密码错误，请检查配置；最大令牌数：8192",
+    "curl -u $HF_USER:$HF_TOKEN https://huggingface.co/api/whoami-v2 returned 401",
+    "echo $NGC_API_KEY | docker login nvcr.io -u '$oauthtoken' --password-stdin",
+    "Using API key from environment variable VLLM_API_KEY for 8 requests",
+    'args: ["--model", "Qwen/Qwen2.5-7B-Instruct", "--port", "8000", "--api-key-file", "/run/secrets/k"]',
+    "kubeconfig clusters[0].cluster: certificate-authority-data: LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCk1JSUM=",
+    "websocket wss://rt.internal:8443/v1/stream?model=qwen&lang=en closed with 1006",
+    "sha256 of the shard at line end 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
 ]

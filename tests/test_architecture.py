@@ -31,6 +31,7 @@ HEAVY = {
     "prometheus_client": "bot/ops/metrics.py",
     "matplotlib": "bot/pictures.py",
     "ahocorasick_rs": "indexer/literals.py",
+    "re2": "bot/kb_growth/regex_safety.py",
 }
 EVAL_HARNESS = ("bot.evaluate", "bot.eval_tuning", "bot.eval_variants", "bot.question_eval")
 LAYERS = ("kb", "indexer", "stages", "pipeline", "eval harness", "edges")

@@ -1,6 +1,6 @@
 """The entry of every user text (bot/paste.py): decoded, checked and redacted once, as a whole.
 
-Secrets of 67 shapes in real vLLM log lines disappear and their line's ordinary content stays; ordinary
+Secrets of 108 shapes in real vLLM log lines disappear and their line's ordinary content stays; ordinary
 vLLM content (addresses, digests, GPU/MIG UUIDs, model and request ids, paths) is left intact; decoding
 handles UTF-16 by BOM, dense ANSI colour, invalid UTF-8 and lone surrogates; and (hypothesis) no input
 makes it raise anything but a UserInputError, line breaks are kept, and the work grows linearly.
@@ -31,10 +31,11 @@ from bot.paste import Paste, decode_input, redacted
 MAX = 10_000_000
 
 
-def test_corpus_has_sixty_shapes_and_every_issue_example() -> None:
-    assert len(SHAPES) >= 60
+def test_corpus_has_108_shapes_and_every_issue_example() -> None:
+    assert len(SHAPES) >= 108
     assert len({s.name for s in SHAPES}) == len(SHAPES) and len({s.secret for s in SHAPES}) == len(SHAPES)
     assert sum(s.name.startswith("issue:") for s in SHAPES) >= 8
+    assert sum(s.name.startswith("issue28:") for s in SHAPES) >= 20
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=[s.name for s in SHAPES])
@@ -105,6 +106,22 @@ def test_densely_coloured_log_is_text() -> None:
 def test_real_binary_is_still_refused() -> None:
     with pytest.raises(BinaryInput):
         decode_input(b"\x7fELF\x02\x01\x01" + bytes(range(1, 32)) * 200, MAX)
+
+
+def test_nul_padding_of_a_rotated_log_is_removed_and_the_log_read() -> None:
+    data = b"\0" * 4096 + KV_CACHE_TAIL.encode() + b"\n"  # copytruncate: the old content became NULs
+    paste = decode_input(data, MAX)
+    assert paste.text == KV_CACHE_TAIL + "\n" and "NUL" in paste.notes[0]
+    assert decode_input("\0" * 4096 + KV_CACHE_TAIL, MAX).text == KV_CACHE_TAIL
+    with pytest.raises(BinaryInput):  # NULs between bytes that are not UTF-8 text: still binary
+        decode_input(b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR" + bytes(range(128, 256)) * 20, MAX)
+
+
+def test_c1_controls_and_ansi_are_gone_before_redaction() -> None:
+    paste = decode_input("ERROR \x9b31mred\x9b0m \x85x \x1b]0;title\x07ok \x1b[1mHF_TOKEN=hf_abcdefghijklm\x1b[0m"
+                         "nopqrstuvwxyz0123456789 done", MAX)
+    assert paste.text == "ERROR red x ok HF_TOKEN=[REDACTED:hf-token] done"
+    assert redacted("a\x85b\x9f").text == "ab"
 
 
 def test_lone_surrogates_become_replacement_characters() -> None:

@@ -153,6 +153,13 @@ CORPUS: list[tuple[str, str, str]] = [
     ("wandb login", "$ wandb login --relogin {s}", rand(40, HEX)),
     ("docker config auth", '{"auths": {"nvcr.io": {"auth": "{s}"}}}', rand(48, B64)),
     ("nvidia api key", "NGC key is {s} (keep it safe)", "nvapi-" + rand(64, URLSAFE)),
+    # issue 28
+    ("echo | docker login --password-stdin", "echo {s} | docker login nvcr.io -u x --password-stdin", rand(24)),
+    ("sshpass", "sshpass -p {s} ssh gpu01", rand(16)),
+    ("netrc", "machine huggingface.co login hf password {s}", rand(24)),
+    ("curl -u", "curl -u admin:{s} http://10.0.0.5:8000/v1/models", rand(18)),
+    ("legacy ngc apikey", "invalid apikey {s}", rand(84, B64)),
+    ("redis-cli -a", "redis-cli -h 10.1.2.3 -a {s} ping", rand(20)),
 ]
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import getpass
+import io
 import json
 import sys
 from collections.abc import Callable
@@ -23,6 +24,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from bot.errors import InvalidCase, ReviewConflict, UserInputError
+
+_STDIN_LIMIT = 8 * 1024 * 1024  # characters of one interactive answer (a pasted example log)
 
 END_MARK = "."
 
@@ -58,7 +61,7 @@ def run_kb_command(args: argparse.Namespace, settings: Any, *, stdin: TextIO | N
     handler = handlers.get(args.kb_cmd)
     if handler is None:
         raise UserInputError(f"unknown kb command {args.kb_cmd!r}")
-    return handler(args, settings, stdin or sys.stdin, out)
+    return handler(args, settings, stdin or sys.stdin or io.StringIO(), out)  # closed stdin: end of input
 
 
 def _growth(settings: Any) -> Any:
@@ -81,7 +84,7 @@ def _add(args: argparse.Namespace, settings: Any, stdin: TextIO, out: TextIO) ->
     growth = _growth(settings)
     if args.from_file:
         try:
-            case = parse_case_file(Path(args.from_file))
+            case = parse_case_file(Path(args.from_file), settings.max_input_bytes)
         except KBError as exc:
             _print(sys.stderr, *(f"error: {exc.path}: {p}" for p in exc.problems))
             return 1
@@ -157,7 +160,11 @@ def _read_block(stdin: TextIO, out: TextIO, prompt: str) -> str | None:
     """Multi-line answer ended by a line with only '.', or end of input. None at end of input with nothing read."""
     _print(out, f"{prompt} (end with a line containing only '{END_MARK}')")
     lines: list[str] = []
-    for raw in stdin:
+    left = _STDIN_LIMIT
+    while raw := stdin.readline(left + 1):  # bounded: /dev/zero on stdin is refused, not read to the end
+        left -= len(raw)
+        if left < 0:
+            raise UserInputError(f"the answer to '{prompt}' is longer than {_STDIN_LIMIT} characters")
         line = raw.rstrip("\n")
         if line.strip() == END_MARK:
             return "\n".join(lines)
@@ -167,7 +174,7 @@ def _read_block(stdin: TextIO, out: TextIO, prompt: str) -> str | None:
 
 def _ask(stdin: TextIO, out: TextIO, prompt: str, default: str = "") -> str:
     print(f"{prompt}{f' [{default}]' if default else ''}: ", end="", file=out, flush=True)
-    line = stdin.readline()
+    line = stdin.readline(_STDIN_LIMIT)
     if not line:
         return default
     return line.strip() or default
@@ -238,7 +245,13 @@ def _whoami() -> str:
 
 # -- search --------------------------------------------------------------------------------------------------
 def _search(args: argparse.Namespace, settings: Any, stdin: TextIO, out: TextIO) -> int:
-    text = stdin.read() if args.text == ["-"] else " ".join(args.text)
+    text = " ".join(args.text)
+    if args.text == ["-"]:
+        text = stdin.read(settings.max_input_bytes + 1)  # characters: at most 4 bytes each
+        if len(text) > settings.max_input_bytes:
+            from bot.paste import too_large_message
+
+            raise UserInputError(too_large_message("The input on stdin", settings.max_input_bytes))
     growth = _growth(settings)
     diagnosis = growth.pipeline.match(text)
     rows = []

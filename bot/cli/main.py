@@ -14,10 +14,12 @@
 from __future__ import annotations
 
 import argparse
+import codecs
 import json
 import logging
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
@@ -45,13 +47,24 @@ def _pipeline() -> Pipeline:
 
 
 # -- explain ---------------------------------------------------------------------------------------
-def _read_input(path: str | None) -> bytes:
+def _stdin() -> BinaryIO:
+    """The binary stdin; closed (`<&-`, a service without one) is a user error, not an AttributeError."""
+    if sys.stdin is None or getattr(sys.stdin, "buffer", None) is None:
+        raise UserInputError("no input: stdin is closed; name a log file, or pipe the log in")
+    return sys.stdin.buffer
+
+
+def _read_input(path: str | None, max_bytes: int) -> bytes:
+    """The user's log, read no further than the input limit + 1 byte (/dev/zero, an endless pipe)."""
+    from bot.paste import read_limited
+
     if path in (None, "-"):
-        return sys.stdin.buffer.read()
+        return read_limited(_stdin(), max_bytes, "The input on stdin")
     try:
-        return Path(path).read_bytes()
+        with open(path, "rb") as src:
+            return read_limited(src, max_bytes, path)
     except OSError as exc:
-        raise UserInputError(f"cannot read {path}: {exc.strerror}") from exc
+        raise UserInputError(f"cannot read {path}: {exc.strerror or exc}") from exc
 
 
 # A match quotes its evidence lines; the full text of a line is in the top-level "evidence" (once), so a
@@ -108,7 +121,7 @@ def diagnosis_to_json(d: Any, explanation: Any = None, language: str | None = No
 def _open_batch(path: str) -> BinaryIO:
     """The batch input as bytes: records are split on b"\\n" only (a bare \\r inside a log is data)."""
     if path == "-":
-        return sys.stdin.buffer
+        return _stdin()
     try:
         return open(path, "rb")  # noqa: SIM115 - closed by the caller's `with`
     except OSError as exc:
@@ -125,17 +138,45 @@ def _json_line(obj: dict[str, Any]) -> str:
     return line + "\n"
 
 
-def _batch_answer(pipeline: Any, n: int, raw: bytes) -> dict[str, Any]:
+_TOO_LONG = object()  # a batch line over the limit: answered with an error object, never read whole
+
+
+def _batch_lines(src: BinaryIO, max_bytes: int) -> Iterator[bytes | object]:
+    """The records of a batch, split on b"\\n", each read no further than `max_bytes` + 1: a longer line
+    (or /dev/zero) is skipped up to its end in bounded chunks and yields _TOO_LONG."""
+    while True:
+        line = src.readline(max_bytes + 1)
+        if not line:
+            return
+        if len(line) <= max_bytes or line.endswith(b"\n") and len(line) == max_bytes + 1:
+            yield line
+            continue
+        while line and not line.endswith(b"\n"):  # drain the rest of this record
+            line = src.readline(1 << 20)
+        yield _TOO_LONG
+
+
+def _batch_answer(pipeline: Any, n: int, raw: bytes | object, max_bytes: int = 0) -> dict[str, Any]:
     """The object for input line `n`; every failure becomes its own error object (batch contract)."""
     item_id: Any = None
     try:
+        if not isinstance(raw, bytes):
+            from bot.paste import human_bytes
+
+            raise ValueError(f"longer than the input limit of {human_bytes(max_bytes)} "
+                             f"({max_bytes} bytes, VLLM_DOCTOR_MAX_INPUT_BYTES)")
+        if n == 1 and raw.startswith(codecs.BOM_UTF8):  # Notepad / PowerShell write one before the first record
+            raw = raw[len(codecs.BOM_UTF8):]
         if not raw.strip():
             raise ValueError("empty line")
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise ValueError(f"not valid UTF-8 (byte {exc.start})") from None
-        item = json.loads(text)
+        try:
+            item = json.loads(text)
+        except RecursionError:  # a 100,000-deep array: the stdlib parser recurses
+            raise ValueError("JSON nested too deeply") from None
         if not isinstance(item, dict):
             raise ValueError("not a JSON object")
         item_id = item.get("id")
@@ -157,9 +198,10 @@ def _run_jsonl(args: argparse.Namespace) -> int:
     src = _open_batch(args.jsonl)  # a missing file fails before the (slow) engine loads
     pipeline = _pipeline()
     out = sys.stdout
+    max_bytes = pipeline.settings.max_input_bytes
     with src:
-        for n, raw in enumerate(src, 1):
-            out.write(_json_line(_batch_answer(pipeline, n, raw)))
+        for n, raw in enumerate(_batch_lines(src, max_bytes), 1):
+            out.write(_json_line(_batch_answer(pipeline, n, raw, max_bytes)))
             out.flush()
     return 0
 
@@ -184,7 +226,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
         return _run_jsonl(args)
     # a bad report fails before the (slower) diagnosis
     host_facts, versions, host_label = _host_facts(args.host_report)
-    data = _read_input(args.file)
+    data = _read_input(args.file, _settings().max_input_bytes)
     pipeline = _pipeline()
     diagnosis, explanation = pipeline.explain_paste(data, host_facts=host_facts, language=args.lang,
                                                     use_llm=not args.no_llm, host_versions=versions,
@@ -240,7 +282,7 @@ def cmd_report_draft(args: argparse.Namespace) -> int:
         if report.hosts:
             host = report.hosts[0]
             env = environment_from_host({c.id: c.facts for c in host.checks}, host.host)
-    data = _read_input(args.file)
+    data = _read_input(args.file, _settings().max_input_bytes)
     pipeline = _pipeline()
     diagnosis = pipeline.match(data)
     from bot.models import LogFacts
@@ -267,6 +309,9 @@ def cmd_kb(args: argparse.Namespace) -> int:
 
     settings = _settings()
     cases_dir = Path(getattr(args, "dir", None) or settings.kb_dir or DEFAULT_CASES_DIR)
+    from bot.settings import require_cases_dir
+
+    require_cases_dir(cases_dir, "the kb lint argument" if getattr(args, "dir", None) else "VLLM_DOCTOR_KB_DIR")
     kb = load_kb(cases_dir, strict=False)
     if args.kb_cmd == "lint":
         from kb.loader import missing_chinese
@@ -432,7 +477,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except DoctorError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        from bot.redact import redact
+
+        print(f"error: {redact(str(exc))}", file=sys.stderr)  # a message may quote a setting (a database URL)
         return 2
     except BrokenPipeError:  # `vllm-doctor … | head`
         return 0

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from bot.i18n import is_language
+from bot.explain.allowlist import command_allowed
+from bot.i18n import is_language, t
 
 CONFIDENCES: tuple[str, ...] = ("low", "medium", "high")
 
@@ -85,8 +86,11 @@ def _clean(value: Any, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def parse_answer(text: str, allowed_ids: Sequence[str]) -> dict[str, Any]:
-    """Validate the LLM's JSON. Raises AnswerRejected with a one-line reason."""
+def parse_answer(text: str, allowed_ids: Sequence[str], *, trusted_commands: Collection[str] = (),
+                 lang: str = "en") -> dict[str, Any]:
+    """Validate the LLM's JSON. Raises AnswerRejected with a one-line reason. A command the LLM wrote in a
+    fix step is shown as a command only if a retrieved KB case has it (`trusted_commands`) or it is a
+    read-only diagnostic (bot/explain/allowlist.py); otherwise the step shows it as plain text, warned."""
     stripped = text.strip()
     if not stripped:
         raise AnswerRejected("the LLM returned an empty answer")
@@ -111,7 +115,7 @@ def parse_answer(text: str, allowed_ids: Sequence[str]) -> dict[str, Any]:
         raw_steps = [raw_steps]
     if not isinstance(raw_steps, list):
         raise AnswerRejected("fix_steps is not a list")
-    steps = [s for s in (_clean(x, STEP_MAX) for x in raw_steps[:STEPS_MAX]) if s]
+    steps = [guard_step(s, trusted_commands, lang) for s in (_clean(x, STEP_MAX) for x in raw_steps[:STEPS_MAX]) if s]
     if not summary:
         raise AnswerRejected("the LLM's answer has an empty summary")
     if not steps:
@@ -124,6 +128,50 @@ def parse_answer(text: str, allowed_ids: Sequence[str]) -> dict[str, Any]:
         "fix_steps": steps,
         "confidence": confidence if confidence in CONFIDENCES else "low",
     }
+
+
+_CODE_SPAN = re.compile(r"`+([^`]+)`+")
+# a command written outside a code span that must not read like advice either
+_SHELL_IN_TEXT = re.compile(
+    r"\|\s*(?:sudo\s+)?(?:ba|z|da|k|c|tc)?sh\b|\|\s*(?:sudo\s+)?python3?\b|\brm\s+-[a-z]*[rf]|\bmkfs\b|\bdd\s+if=|"
+    r"\bchmod\s+(?:-R\s+)?777\b|:\(\)\s*\{",
+    re.I,
+)
+_SHELL_CHARS = set("|;&$<>()`*?'\"\\")
+_DANGEROUS_WORDS = {"reboot", "shutdown", "halt", "poweroff", "rm", "mkfs", "dd", "kill", "killall", "pkill", "sudo",
+                    "su", "init", "telinit", "sh", "bash", "zsh", "curl", "wget"}
+
+
+def guard_step(step: str, trusted_commands: Collection[str] = (), lang: str = "en") -> str:
+    """One fix step as it may be shown. Each code span is a literal (a flag, setting, path, error text),
+    a command of a retrieved KB case, or an allow-listed read-only diagnostic; anything else loses its code
+    formatting and the step gets a warning in the answer's language, so it is never offered as a command."""
+    unchecked = False
+
+    def code(m: re.Match[str]) -> str:
+        nonlocal unchecked
+        body = m.group(1).strip()
+        if body in trusted_commands or _literal(body) or command_allowed(body):
+            return m.group(0)
+        unchecked = True
+        return body
+
+    shown = _CODE_SPAN.sub(code, step)
+    if not unchecked and _SHELL_IN_TEXT.search(_CODE_SPAN.sub(" ", shown)):
+        unchecked = True
+    if not unchecked:
+        return shown
+    plain = " ".join(shown.replace("`", "").split())
+    return f"{plain} ({t('text.unchecked_command', 'zh' if lang == 'zh' else 'en')})"
+
+
+def _literal(body: str) -> bool:
+    """Nothing a shell would act on: one word (gpu_memory_utilization, /dev/shm) or flags (--enforce-eager)."""
+    if not body or any(ch in _SHELL_CHARS for ch in body):
+        return False
+    if body.startswith("-"):  # flags and their values: `--gpu-memory-utilization 0.8` runs nothing by itself
+        return True
+    return not any(ch.isspace() for ch in body) and body not in _DANGEROUS_WORDS
 
 
 def answer_in_language(fields: dict[str, Any], lang: str) -> bool:

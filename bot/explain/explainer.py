@@ -130,6 +130,18 @@ def _step_text(step: Any, lang: Language) -> str:
     return f"{text} `{step.command}`" if getattr(step, "command", None) else text
 
 
+def _case_commands(draft: Draft) -> set[str]:
+    """The commands of the retrieved cases (reviewed in the KB): an LLM step may show them as commands."""
+    commands: set[str] = set()
+    for item in draft.items:
+        for step in item.case.fix:
+            if step.command:
+                commands.add(step.command.strip())
+            for text in (step.text, getattr(step, "text_zh", None) or ""):
+                commands.update(m.strip() for m in re.findall(r"`([^`]+)`", text))
+    return commands
+
+
 def kb_only_explanation(
     diagnosis: Diagnosis,
     cases: Sequence[Case],
@@ -333,7 +345,7 @@ class Explainer:
         try:
             if result.finish_reason == "length":
                 raise AnswerRejected(f"the LLM's answer was cut off at {prompt.max_tokens} tokens")
-            fields = parse_answer(result.text, prompt.allowed_ids)
+            fields = parse_answer(result.text, prompt.allowed_ids, trusted_commands=_case_commands(draft), lang=lang)
             if lang == "zh" and not answer_in_language(fields, lang):
                 raise AnswerRejected(t("note.wrong_language", lang))
         except AnswerRejected as exc:

@@ -47,6 +47,9 @@ _env = jinja2.Environment(
     trim_blocks=True,
     lstrip_blocks=True,
 )
+# Untrusted text (log lines, host output) goes inside ``` fences; a ``` in it would close the fence and let
+# the rest read as prompt, so it is written with typographic quotes instead.
+_env.filters["in_fence"] = lambda text: str(text).replace("```", "ʼʼʼ")
 _env.filters["first_sentence"] = lambda text: re.split(
     r"(?<=[.!?。])\s", " ".join(str(text).split()), maxsplit=1
 )[0]

@@ -89,9 +89,17 @@ def normalised(case: Case) -> Case:
     return Case.model_validate(case_to_data(case))
 
 
-def parse_case_file(path: Path) -> Case:
+def parse_case_file(path: Path, max_bytes: int = 32 * 1024 * 1024) -> Case:
+    """A case file, read no further than `max_bytes` + 1 (a device or a FIFO is not read to its end)."""
+    from bot.errors import InputTooLarge
+    from bot.paste import read_limited
+
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        with open(path, "rb") as src:
+            data = read_limited(src, max_bytes, str(path))
+        text = data.decode("utf-8")
+    except InputTooLarge as exc:
+        raise KBError(path, [str(exc)]) from None
     except UnicodeDecodeError as exc:
         raise KBError(path, [f"not UTF-8 ({exc.reason})"]) from exc
     except OSError as exc:

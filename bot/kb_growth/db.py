@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from bot.errors import ConfigError
-from bot.storage import Connection, Migration, StorageError, open_database
+from bot.storage import Connection, Migration, StorageError, open_database, shown_target
 from bot.storage import Database as Storage
 from bot.storage.migrations import SchemaTooNew, migrate
 
@@ -110,10 +110,10 @@ class Database:
                 except ConfigError as exc:
                     if "VLLM_DOCTOR_KB_DB" in str(exc):  # already says which file and setting
                         raise
-                    raise ConfigError(f"cannot open the KB database {self.path}: {exc} "
+                    raise ConfigError(f"cannot open the KB database {shown_target(self.path)}: {exc} "
                                       "(setting VLLM_DOCTOR_KB_DB or VLLM_DOCTOR_DATABASE_URL)") from exc
                 except StorageError as exc:
-                    raise ConfigError(f"cannot open the KB database {self.path}: {exc} "
+                    raise ConfigError(f"cannot open the KB database {shown_target(self.path)}: {exc} "
                                       "(setting VLLM_DOCTOR_KB_DB or VLLM_DOCTOR_DATABASE_URL)") from exc
                 self._storage = storage
         return self._storage

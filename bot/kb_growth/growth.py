@@ -34,6 +34,7 @@ from bot.kb_growth.feedback import FeedbackStore, Vote, VoteResult
 from bot.kb_growth.form import EXAMPLE_SEPARATOR, CaseForm, form_to_case
 from bot.kb_growth.gitcommit import CommitResult, author_string, commit_file
 from bot.kb_growth.lint import LintReport, healthy_logs, lint_case, signature_fires
+from bot.kb_growth.regex_safety import unsafe_signature
 from bot.kb_growth.submissions import Submission, SubmissionStore
 from bot.kb_growth.suggest import (
     SignatureSuggestion,
@@ -190,10 +191,20 @@ class KBGrowth:
         """Schema + KB rules; InvalidCase names each bad field. Fast (no embedding): fits a Slack ack."""
         case = form_to_case(case_or_form) if isinstance(case_or_form, CaseForm) else case_or_form
         case = normalised(case)
+        self._refuse_unsafe_signatures(case.signatures, case.id, replacing)  # before lint runs them on logs
         report = self.lint(case, replacing=replacing)
         if not report.ok:
             raise InvalidCase(report.by_field(), where=f"case {case.id}")
         return case, report
+
+    def _refuse_unsafe_signatures(self, signatures: Sequence[str], case_id: str, replacing: str | None) -> None:
+        """InvalidCase for a signature new to the KB that could backtrack without end (regex_safety.py); the
+        live case's own signatures (curated, reviewed in git) are kept as they are."""
+        live = self.pipeline.kb.by_id().get(replacing or case_id)
+        trusted = set(live.signatures) if live is not None else set()
+        problems = [why for p in signatures if p not in trusted and (why := unsafe_signature(p)) is not None]
+        if problems:
+            raise InvalidCase({"signatures": "; ".join(problems)}, where=f"case {case_id}")
 
     def check(self, case_or_form: Case | CaseForm, *, replacing: str | None = None) -> Checked:
         """validate(), then the nearest existing cases (runs the pipeline's match: ~0.1–1 s)."""
@@ -359,6 +370,7 @@ class KBGrowth:
             data = current.model_dump(mode="json")
             known_logs = {ex.log.strip() for ex in current.examples}
             signatures = list(current.signatures)
+            self._refuse_unsafe_signatures([p for p in candidate_signatures if p not in signatures], case_id, None)
             for ex in examples:
                 if ex.log.strip() in known_logs:
                     continue

@@ -59,6 +59,11 @@ class CaseWriter:
                 self._lock.acquire()
             except LockTimeout as exc:
                 raise ConfigError(f"another writer holds {self.cases_dir / LOCK_NAME}; try again") from exc
+            except OSError as exc:  # a read-only folder (mount, permissions): say which, not "unexpected"
+                raise ConfigError(
+                    f"cannot write to the KB folder {self.cases_dir}: {exc.strerror or exc} "
+                    "(setting VLLM_DOCTOR_KB_WRITE_DIR, or VLLM_DOCTOR_KB_DIR)"
+                ) from None
             try:
                 yield
             finally:

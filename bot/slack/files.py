@@ -14,7 +14,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from bot.errors import BinaryInput, InputTooLarge, UserInputError
-from bot.paste import decode_by_bom
+from bot.paste import decode_by_bom, text_behind_nul_padding
 
 _SLACK_FILE_HOST_SUFFIXES = (".slack.com", ".slack-edge.com", ".slack-files.com")
 _COMPRESSED_MAGIC = {b"\x1f\x8b": "gzip", b"PK\x03\x04": "zip", b"BZh": "bzip2", b"\xfd7zXZ": "xz", b"(\xb5/\xfd": "zstd"}
@@ -91,6 +91,9 @@ def decode_text(data: bytes, name: str = "the file") -> str:
         return by_bom[0]
     head = data[:8192]
     if b"\x00" in head:
+        padded = text_behind_nul_padding(data)  # a log rotated with copytruncate starts with NULs
+        if padded is not None:
+            return padded
         raise BinaryInput(
             f"`{name}` looks like a binary file, not a text log. Send the log as text (a .log or .txt file, or a snippet)."
         )

@@ -7,7 +7,10 @@ ON CONFLICT upserts, RETURNING) and get rows addressable by name and position on
 """
 
 from bot.storage.backends import open_database
-from bot.storage.database import Connection, Database, Row, StorageError, one
+from bot.storage.database import Connection, Database, Row, StorageError, one, shown_target
 from bot.storage.migrations import Migration, SchemaTooNew
 
-__all__ = ["Connection", "Database", "Migration", "Row", "SchemaTooNew", "StorageError", "one", "open_database"]
+__all__ = [
+    "Connection", "Database", "Migration", "Row", "SchemaTooNew", "StorageError", "one", "open_database",
+    "shown_target",
+]

@@ -29,6 +29,20 @@ Params = Sequence[object]
 BUSY_TIMEOUT_MS = 10_000
 
 
+
+def shown_target(target: str | Path) -> str:
+    """A store's file or URL as it may be printed or logged: a URL's password becomes ***."""
+    text = str(target)
+    scheme, sep, rest = text.partition("://")
+    if not sep:
+        return text
+    authority, slash, path = rest.partition("/")
+    userinfo, at, host = authority.rpartition("@")  # the last @: a password may hold one
+    if not at or ":" not in userinfo:
+        return text
+    return f"{scheme}://{userinfo.split(':', 1)[0]}:***@{host}{slash}{path}"
+
+
 class StorageError(Exception):
     """A statement or connection failed (locked file, lost server, constraint); message is one line."""
 

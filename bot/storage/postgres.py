@@ -13,7 +13,7 @@ from psycopg.rows import RowMaker
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from bot.errors import ConfigError
-from bot.storage.database import Backend, Cursor, Database, Params, StorageError
+from bot.storage.database import Backend, Cursor, Database, Params, StorageError, shown_target
 
 POOL_MAX = 10
 CONNECT_TIMEOUT_S = 10
@@ -62,7 +62,8 @@ def postgres_ddl(sql: str) -> str:
 
 
 def redacted_url(url: str) -> str:
-    return re.sub(r"://([^:/@]+):[^@]*@", r"://\1:***@", url)
+    """The URL with its password masked, also inside a driver's message (the URL may appear anywhere in it)."""
+    return re.sub(r"postgres(?:ql)?://[^\s'\"]+", lambda m: shown_target(m.group()), shown_target(url))
 
 
 class PostgresDatabase(Database):
