@@ -21,7 +21,7 @@ from bot.runner.inventory import Host
 from bot.runner.parsers import REGISTRY, Output, ParseError, Unavailable
 from bot.runner.report import CheckResult, HostReport
 from bot.runner.rules import FactView, evaluate, evaluate_rules
-from bot.runner.transport import CommandResult, Connector, Session, describe_signal
+from bot.runner.transport import CommandResult, Connector, Session, describe_signal, sanitize
 from kb.checks_schema import PLACEHOLDER_RE, Check, CheckCatalogue
 
 KILL_GRACE_S = 5  # `timeout -k 5`: SIGKILL this long after SIGTERM
@@ -80,16 +80,29 @@ def _missing_host_fields(check: Check, host: Host) -> list[str]:
 
 
 def _result(check: Check, verdict: str, message: str, **kw) -> CheckResult:
-    return CheckResult(id=check.id, title=check.title, verdict=verdict, message=message, tier=check.tier,
+    return CheckResult(id=check.id, title=check.title, verdict=verdict, message=sanitize(message), tier=check.tier,
                        why=check.why, **kw)
+
+
+def _clean(value):
+    """Parsed facts with terminal control characters escaped: a JSON probe's "\\u001b" decodes to ESC."""
+    if isinstance(value, str):
+        return sanitize(value)
+    if isinstance(value, list):
+        return [_clean(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(_clean(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    return value
 
 
 def judge(check: Check, spec: CommandSpec, res: CommandResult, host: Host) -> tuple[CheckResult, dict | None]:
     """One command's result -> the check's verdict, plus its facts (None if there are none)."""
     common = {"duration_s": res.duration_s, "command": spec.display(), "rc": res.rc}
-    stdout, stderr = redact(res.stdout), redact(res.stderr)
+    stdout, stderr = redact(sanitize(res.stdout)), redact(sanitize(res.stderr))
     if res.error:
-        return _result(check, "error", res.error, stdout=stdout, stderr=stderr, **common), None
+        return _result(check, "error", sanitize(res.error), stdout=stdout, stderr=stderr, **common), None
     on_host = res.timed_out_on_host(spec.timeout_s)
     if res.client_timeout or on_host:
         killed = "killed on the host" if on_host else "no exit status; the host may be overloaded"
@@ -100,7 +113,7 @@ def judge(check: Check, spec: CommandSpec, res: CommandResult, host: Host) -> tu
                        stdout=stdout, stderr=stderr, **common), None
     parser = REGISTRY[check.parser or ""]
     try:
-        facts = parser(Output(stdout, stderr, res.rc or 0))
+        facts = _clean(parser(Output(stdout, stderr, res.rc or 0)))
     except Unavailable as exc:
         return _result(check, "skipped", str(exc), stdout=stdout, stderr=stderr, **common), None
     except ParseError as exc:
@@ -132,13 +145,24 @@ def judge_derived(check: Check, results: dict[str, CheckResult], facts: dict[str
     return _result(check, outcome.verdict, outcome.message, cases=list(outcome.cases))
 
 
+class ProbeTimeout(RunnerError):
+    """The host gave no answer to the prerequisite probe in time: reported as `error_kind: timeout`."""
+
+
 async def _available_binaries(session: Session, names: list[str]) -> set[str]:
     if not names:
         return set()
-    argv = ["timeout", "-k", str(KILL_GRACE_S), str(PREREQ_TIMEOUT_S), "sh", "-s", "--", *names]
-    res = await session.run(argv, stdin=_PREREQ_SCRIPT, timeout_s=PREREQ_TIMEOUT_S)
-    if res.error or res.client_timeout or res.rc != 0:
-        detail = res.error or (res.stderr.strip().splitlines() or [f"exit status {res.rc}"])[-1]
+    limit = PREREQ_TIMEOUT_S
+    argv = ["timeout", "-k", str(KILL_GRACE_S), f"{limit:g}", "sh", "-s", "--", *names]
+    res = await session.run(argv, stdin=_PREREQ_SCRIPT, timeout_s=limit)
+    shown = shlex.join(argv[:8]) + (" …" if len(argv) > 8 else "")
+    if res.error:
+        raise RunnerError(f"could not run the prerequisite probe `{shown}`: {redact(sanitize(res.error))[:200]}")
+    if res.client_timeout or res.timed_out_on_host(limit):
+        how = "killed on the host" if res.timed_out_on_host(limit) else "no exit status; the host may be overloaded"
+        raise ProbeTimeout(f"timeout: the prerequisite probe `{shown}` gave no answer within {limit:g} s ({how})")
+    if res.rc != 0:
+        detail = (sanitize(res.stderr).strip().splitlines() or [f"exit status {res.rc}"])[-1]
         raise RunnerError(f"the host could not run the prerequisite probe (`sh` and GNU `timeout` are needed): "
                           f"{redact(detail)[:200]}")
     return {line.strip() for line in res.stdout.splitlines() if line.strip()}
@@ -174,7 +198,8 @@ async def diagnose_host(
         try:
             available = await _available_binaries(session, wanted)
         except RunnerError as exc:
-            report.error, report.error_kind = f"{host.name}: {exc}", "RunnerError"
+            kind = "timeout" if isinstance(exc, ProbeTimeout) else "RunnerError"
+            report.error, report.error_kind = f"{host.name}: {exc}", kind
             report.duration_s = time.monotonic() - start
             return report
         done = len(results)  # skipped for missing inventory fields
