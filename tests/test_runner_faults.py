@@ -10,8 +10,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -188,3 +191,59 @@ def test_timed_out_commands_do_not_use_up_max_sessions(tmp_path, monkeypatch, ho
             except ProcessLookupError:
                 pass
         fleet.stop()
+
+
+# --- the CLI on the planted fleet: pictures, a pair that disagrees, a mistyped name, a relative --python ----
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _cli(fleet, *args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
+    env = {**os.environ, "VLLM_DOCTOR_INVENTORY": str(fleet.inventory_path),
+           "VLLM_DOCTOR_KNOWN_HOSTS": str(fleet.harness.known_hosts),
+           "VLLM_DOCTOR_SSH_CONFIG": str(fleet.settings.runner_ssh_config),
+           "VLLM_DOCTOR_AUDIT_DB": str(fleet.settings.runner_audit_db), "COLUMNS": "250"}
+    return subprocess.run([sys.executable, "-m", "bot.cli.main", "diagnose", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=180)
+
+
+def test_plot_after_gpu_processes_alone_draws_every_gpu(fleet, tmp_path):
+    png = tmp_path / "mem.png"
+    out = _cli(fleet, "gpu-healthy", "--check", "gpu.processes", "--plot", str(png))
+    assert out.returncode == 0, out.stderr
+    assert "nothing to draw" not in out.stderr and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_pair_that_disagrees_is_named(fleet):
+    import yaml
+
+    inventory = yaml.safe_load(fleet.inventory_path.read_text())
+    inventory["groups"]["pair"] = ["gpu-healthy", "gpu-cpu-torch"]
+    fleet.inventory_path.write_text(yaml.safe_dump(inventory, sort_keys=False))
+    out = _cli(fleet, "pair", "--check", "python.torch", "--json")
+    data = json.loads(out.stdout)
+    assert data["fleet_diff"] == []  # two hosts: neither is "the odd one"
+    assert data["hosts_differ"] == [
+        "the 2 hosts differ on torch: gpu-healthy 2.8.0+cu128, gpu-cpu-torch 2.8.0+cpu (with two hosts neither "
+        "can be called the odd one; check which value is intended)"]
+    text = _cli(fleet, "pair", "--check", "python.torch")
+    assert "the 2 hosts differ on torch" in text.stdout
+
+
+def test_a_mistyped_host_gets_a_suggestion_in_one_line(fleet):
+    out = _cli(fleet, "gpu-helthy")
+    assert out.returncode == 2
+    assert out.stderr.strip().splitlines() == [
+        "error: 'gpu-helthy' is not a host or group in the inventory; did you mean 'gpu-healthy'?"]
+
+
+def test_local_python_may_be_a_relative_path_and_option_errors_are_one_line(fleet, tmp_path):
+    venv_python = Path(sys.executable)
+    relative = os.path.relpath(venv_python, tmp_path)  # as typed from another directory
+    out = _cli(fleet, "--local", "--python", relative, "--check", "python.runtime", "--json", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    [check] = json.loads(out.stdout)["hosts"][0]["checks"]
+    assert check["verdict"] == "ok" and f"({venv_python}," in check["message"], check
+    bad = _cli(fleet, "--local", "--expected-gpus", "-1", "--endpoint", "ftp://x", cwd=tmp_path)
+    assert bad.returncode == 2 and bad.stderr.strip().splitlines() == [
+        "error: bad --endpoint: not an http(s) URL: 'ftp://x'; bad --expected-gpus: Input should be greater "
+        "than or equal to 0"]
