@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from bot.errors import RunnerError
 from bot.ops import metrics
 from bot.redact import redact
+from bot.runner import bundle
 from bot.runner.inventory import Host
 from bot.runner.parsers import REGISTRY, Output, ParseError, Unavailable
 from bot.runner.report import CheckResult, HostReport
@@ -205,6 +206,13 @@ async def diagnose_host(
         done = len(results)  # skipped for missing inventory fields
         total = len(checks)
 
+        # Every Python probe in one process of the target Python, started first (bot/runner/bundle.py).
+        bundled = [spec for spec in plans if _bundleable(spec, host)
+                   and not [b for b in spec.binaries if b not in available]]
+        answers: asyncio.Future[dict[CommandSpec, CommandResult]] | None = None
+        if len(bundled) >= 2:
+            answers = asyncio.ensure_future(_run_bundle(session, bundled))
+
         async def run_plan(spec: CommandSpec, group: list[Check]) -> None:
             nonlocal done
             absent = [b for b in spec.binaries if b not in available]
@@ -212,7 +220,9 @@ async def diagnose_host(
                 for check in group:
                     results[check.id] = judge_missing(check, absent, host)
             else:
-                res = await session.run(spec.wrapped(), stdin=spec.stdin, timeout_s=spec.timeout_s)
+                res = (await answers).get(spec) if answers is not None and spec in bundled else None
+                if res is None:
+                    res = await session.run(spec.wrapped(), stdin=spec.stdin, timeout_s=spec.timeout_s)
                 for check in group:
                     results[check.id], own = judge(check, spec, res, host)
                     if own is not None:
@@ -232,6 +242,30 @@ async def diagnose_host(
     report.duration_s = time.monotonic() - start
     say(f"{host.name}: done in {report.duration_s:.1f} s")
     return report
+
+
+def _bundleable(spec: CommandSpec, host: Host) -> bool:
+    """A probe script run by the target Python (`python - ARGS < script.py`)."""
+    return (spec.script is not None and spec.script.endswith(".py") and spec.stdin is not None
+            and spec.argv[:2] == (host.python, "-"))
+
+
+async def _run_bundle(session: Session, specs: list[CommandSpec]) -> dict[CommandSpec, CommandResult]:
+    """Run the specs' probes in one process; a probe the bundle did not answer for is left out (it is
+    then run on its own), unless the bundle ran out of time: then that probe timed out too."""
+    sections = [bundle.Section(str(i), spec.script or "-", spec.stdin or "", spec.argv[2:], spec.timeout_s)
+                for i, spec in enumerate(specs)]
+    limit = bundle.timeout_for(sections)
+    argv = ["timeout", "-k", str(KILL_GRACE_S), f"{limit:g}", specs[0].argv[0], "-"]
+    res = await session.run(argv, stdin=bundle.program(sections), timeout_s=limit)
+    answered = bundle.split(res)
+    out: dict[CommandSpec, CommandResult] = {}
+    for section, spec in zip(sections, specs, strict=True):
+        if section.key in answered:
+            out[spec] = answered[section.key]
+        elif res.client_timeout or res.timed_out_on_host(limit):
+            out[spec] = CommandResult(None, "", "", res.duration_s, client_timeout=True)
+    return out
 
 
 def _derived_in_order(checks: list[Check]) -> list[Check]:

@@ -4,11 +4,13 @@ the group's saved baseline, and the hosts × areas grid picture. Shared by the C
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from bot.pictures import GridCell, Picture, fleet_grid_picture
 from bot.runner.fleet_diff import Difference, Disagreement, Drift
 from bot.runner.report import DiagnosisReport
+
+if TYPE_CHECKING:  # bot.pictures imports matplotlib: only when a picture is drawn (issue 29)
+    from bot.pictures import GridCell, Picture
 
 
 @dataclass(frozen=True)
@@ -37,13 +39,14 @@ def fleet_view(report: DiagnosisReport, settings: Any, *, save_baseline: bool = 
     return FleetView(differences, drift, save_baseline, before.saved_at if before else None, disagreements)
 
 
-Cells = dict[tuple[str, str], GridCell]
+Cells = dict[tuple[str, str], "GridCell"]
 
 
 def grid_cells(report: DiagnosisReport, view: FleetView | None = None) -> tuple[list[str], Cells]:
     """(areas, (host, area) -> cell): the worst verdict and finding per cell. A host the fleet diff names as
     odd, or one of hosts that disagree, is not green where it differs: an ok cell becomes `warn` with the
     difference as its note."""
+    from bot.pictures import GridCell
     from bot.runner.fleet_diff import field_area
 
     areas = sorted({c.area for h in report.hosts for c in h.checks}) or ["host"]
@@ -70,6 +73,8 @@ def grid_cells(report: DiagnosisReport, view: FleetView | None = None) -> tuple[
 
 def grid_picture(report: DiagnosisReport, view: FleetView | None = None) -> Picture:
     """Hosts × check areas, coloured by the worst verdict (see grid_cells)."""
+    from bot.pictures import fleet_grid_picture
+
     hosts = [h.host for h in report.hosts]
     areas, cells = grid_cells(report, view)
     bad = sum(1 for h in report.hosts if h.verdict in ("fail", "error", "timeout"))
