@@ -53,10 +53,9 @@ def host_memory_bars(report: FleetReport, utilization: float = DEFAULT_UTILIZATI
     """One bar per GPU of every host: used memory against total, and the share vLLM plans to take."""
     bars: list[MemoryBar] = []
     for host in report.hosts:
-        check = host.check("gpu.inventory")
-        if check is None:
-            continue
-        per_gpu = check.facts.get("per_gpu")
+        # gpu.inventory reads each GPU's memory; so does gpu.processes (`--check gpu.processes` alone)
+        per_gpu = next((c.facts.get("per_gpu") for c in (host.check("gpu.inventory"), host.check("gpu.processes"))
+                        if c is not None and isinstance(c.facts.get("per_gpu"), list)), None)
         if not isinstance(per_gpu, list):
             continue
         for gpu in per_gpu:

@@ -43,7 +43,6 @@ from bot.models import (
 )
 from bot.ops import metrics
 from bot.paste import Paste, decode_input
-from bot.question import QuestionMatcher, looks_like_question
 from bot.settings import Settings, get_settings, require_cases_dir
 from bot.versions import known_versions
 from kb.loader import DEFAULT_CASES_DIR, KnowledgeBase, case_files, load_kb
@@ -51,6 +50,7 @@ from kb.schema import Case
 
 if TYPE_CHECKING:
     from bot.explain.explainer import Explainer
+    from bot.question import QuestionMatcher
     from bot.runner.inventory import Host, Inventory
     from bot.runner.transport import Connector
     from kb.checks_schema import Check, CheckCatalogue
@@ -213,6 +213,7 @@ class Pipeline:
     def question_matcher(self) -> QuestionMatcher:
         with self._lock:
             if self._question_matcher is None:
+                from bot.question import QuestionMatcher  # BM25/rjieba: not for `diagnose` (issue 29)
                 from kb.glossary import default_glossary
 
                 self._question_matcher = QuestionMatcher(self._kb, self.index, default_glossary())
@@ -244,6 +245,8 @@ class Pipeline:
         read with the log's own versions against the cases' fixed_in / affects (bot/versions.py)."""
         started = time.perf_counter()
         self.reload_if_changed()
+        from bot.question import looks_like_question
+
         paste = decode_input(data, self.settings.max_input_bytes)
         distilled = distill(paste, keywords=self._keywords)
         if (

@@ -67,9 +67,10 @@ def profile_env(root: Path, profile: str) -> dict[str, str]:
     dirs.append(root / "profiles" / "healthy")
     home = root / "homes" / profile  # own HOME: no login-shell rc files, a predictable HF cache path
     home.mkdir(parents=True, exist_ok=True)
+    own_bins = [str(d / "bin") for d in dirs if (d / "bin").is_dir()]  # a profile's own fakes come first
     env = {
         "HOME": str(home),
-        "PATH": f"{root / 'bin'}:{SYSTEM_PATH}",
+        "PATH": ":".join([*own_bins, str(root / "bin"), SYSTEM_PATH]),
         "FAKEGPU_DIRS": ":".join(str(d) for d in dirs),
         "PYTHONPATH": ":".join([str(d / "site") for d in dirs if (d / "site").is_dir()] + [str(root / "site")]),
     }
@@ -110,6 +111,7 @@ def start_fleet(
     unreachable: dict[str, str] | None = None,
     access: list[RunnerAccessRule] | None = None,
     expected_gpus: int = 2,
+    sshd_config: str = "",
 ) -> Fleet:
     """One sshd serving every address in `hosts` (name -> (address, profile)); an own-format inventory
     with every host (plus `unreachable` names -> addresses nobody listens on); Settings pointing at it."""
@@ -118,7 +120,7 @@ def start_fleet(
     by_address: dict[str, dict[str, str]] = {}
     for _name, (address, profile) in hosts.items():
         by_address.setdefault(address, profile_env(root, profile))
-    harness = start_sshd(workdir / "sshd", by_address)
+    harness = start_sshd(workdir / "sshd", by_address, extra_config=sshd_config)
     python = host_python()
     serve_ports = {}
     inventory: dict = {"defaults": {"port": harness.port, "user": harness.user, "key": str(harness.client_key),

@@ -89,3 +89,32 @@ def test_baseline_store_keeps_the_newest_per_target(tmp_path):
     latest = again.latest("a100")
     assert latest is not None and latest.facts == {"gpu01": {"driver": "550.90.07"}} and latest.saved_by == "U1"
     assert again.latest("h100").facts["gpu09"]["driver"] == "535.104.05"
+
+
+# --- issue 28: a group's disagreement is named even without a majority, and the grid shows it -------------
+def test_two_hosts_that_disagree_are_named_with_the_field():
+    from bot.runner.fleet_diff import fleet_disagreements
+
+    two = FleetReport(target="pair", hosts=[_host("a"), _host("b", driver="535.104.05")])
+    assert fleet_diff(fleet_facts(two)) == []  # nobody can be called the odd one
+    [d] = fleet_disagreements(fleet_facts(two))
+    assert d.field == "driver" and d.values == (("a", "550.54.15"), ("b", "535.104.05"))
+    assert d.sentence().startswith("the 2 hosts differ on driver: a 550.54.15, b 535.104.05")
+    split = [_host("a"), _host("b"), _host("c", torch="2.6.0"), _host("d", torch="2.6.0")]
+    [s] = fleet_disagreements(fleet_facts(FleetReport(target="g", hosts=split)))
+    assert s.sentence() == "the 4 hosts split on torch with no majority: a 2.5.1, b 2.5.1, c 2.6.0, d 2.6.0"
+    hosts = [_host(f"h{i}") for i in range(4)] + [_host("odd", driver="535.104.05")]
+    assert fleet_disagreements(fleet_facts(FleetReport(target="g", hosts=hosts))) == []  # fleet_diff's job
+
+
+def test_grid_is_not_all_green_when_the_fleet_diff_names_an_odd_host():
+    from bot.runner.fleet_view import FleetView, grid_cells
+
+    hosts = [_host(f"h{i}") for i in range(3)] + [_host("odd", driver="535.104.05")]
+    report = FleetReport(target="g", hosts=hosts)
+    _areas, plain = grid_cells(report)
+    assert {c.verdict for c in plain.values()} == {"ok"}
+    view = FleetView(fleet_diff(fleet_facts(report)), [], False, None)
+    _areas, cells = grid_cells(report, view)
+    assert cells[("odd", "gpu")].verdict == "warn" and "driver 535.104.05 vs 550.54.15" in cells[("odd", "gpu")].note
+    assert {k for k, c in cells.items() if c.verdict != "ok"} == {("odd", "gpu")}

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import signal
 import sys
 import threading
@@ -79,10 +80,13 @@ def run(args: argparse.Namespace, settings) -> int:
                   "gpu_memory_utilization": args.gpu_memory_utilization,
                   "served_model": args.served_model}
         given = {k: v for k, v in fields.items() if v is not None}
+        for name in ("python", "model_dir"):  # a path relative to where the command runs: make it absolute
+            given[name] = _absolute(given[name]) if name in given else None
+        given = {k: v for k, v in given.items() if v is not None}
         try:
             spec = HostSpec.model_validate(given)  # same validation as inventory fields
         except Exception as exc:
-            raise UserInputError(f"bad --local option: {exc}") from exc
+            raise UserInputError(_option_error(exc)) from None
         validated = host_from_spec("local", spec)  # derives serve_port from --endpoint
         hosts = [pipeline.local_host(python=spec.python, endpoint=validated.endpoint,
                                      serve_port=validated.serve_port, expected_gpus=validated.expected_gpus,
@@ -104,13 +108,35 @@ def run(args: argparse.Namespace, settings) -> int:
         data = json.loads(report.to_json())
         data["fleet_diff"] = [d.sentence() for d in view.differences]  # added keys; the others unchanged
         data["drift"] = [d.sentence() for d in view.drift]
+        data["hosts_differ"] = [g.sentence() for g in view.disagreements]
         data["language"] = lang
         print(json.dumps(data, indent=2, ensure_ascii=False))
     else:
         _print_fleet_view(view, lang)
         _print_text(report, lang)
-    _draw(report, args, settings)
+    _draw(report, args, settings, view)
     return 0 if report.verdict in ("ok", "warn", "skipped") else 1
+
+
+def _absolute(value: str) -> str:
+    """`.vllm-venv/bin/python` or `~/models/x` as an absolute path (symlinks kept: a venv's python is
+    one); a bare program name (`python3`) stays a name, looked up on PATH."""
+    if "/" not in value and not value.startswith("~"):
+        return value
+    return os.path.abspath(os.path.expanduser(value))
+
+
+def _option_error(exc: Exception) -> str:
+    """A pydantic ValidationError about --local options as ONE line: `bad --python: …; bad --endpoint: …`."""
+    errors = getattr(exc, "errors", None)
+    if not callable(errors):
+        return f"bad --local option: {str(exc).splitlines()[0]}"
+    parts = []
+    for err in errors():
+        field = str(err.get("loc", ("?",))[0]).replace("_", "-")
+        message = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+        parts.append(f"bad --{field}: {message}")
+    return "; ".join(parts) or "bad --local option"
 
 
 def _language(args: argparse.Namespace, settings: Any) -> Language:
@@ -127,11 +153,13 @@ def _print_fleet_view(view: FleetView, lang: Language = "en") -> None:
         print(f"{t('host.drift', lang)}: {d.sentence()}")
     for d in view.differences:
         print(f"{t('host.differs', lang)}: {d.sentence()}")
+    for g in view.disagreements:
+        print(f"{t('host.differs', lang)}: {g.sentence()}")
     if view.baseline_saved:
         print(t("host.baseline_saved", lang))
 
 
-def _draw(report: FleetReport, args: argparse.Namespace, settings: object) -> None:
+def _draw(report: FleetReport, args: argparse.Namespace, settings: object, view: FleetView | None = None) -> None:
     from bot.errors import UserInputError
 
     if not (args.plot or args.grid):
@@ -141,7 +169,7 @@ def _draw(report: FleetReport, args: argparse.Namespace, settings: object) -> No
     from bot.runner.fleet_view import grid_picture
 
     for path, make in ((args.plot, lambda: _memory(report, host_memory_bars, memory_picture)),
-                       (args.grid, lambda: grid_picture(report))):
+                       (args.grid, lambda: grid_picture(report, view))):
         if path is None:
             continue
         picture = make()

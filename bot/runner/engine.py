@@ -17,11 +17,12 @@ from dataclasses import dataclass
 from bot.errors import RunnerError
 from bot.ops import metrics
 from bot.redact import redact
+from bot.runner import bundle
 from bot.runner.inventory import Host
 from bot.runner.parsers import REGISTRY, Output, ParseError, Unavailable
 from bot.runner.report import CheckResult, HostReport
 from bot.runner.rules import FactView, evaluate, evaluate_rules
-from bot.runner.transport import CommandResult, Connector, Session, describe_signal
+from bot.runner.transport import CommandResult, Connector, Session, describe_signal, sanitize
 from kb.checks_schema import PLACEHOLDER_RE, Check, CheckCatalogue
 
 KILL_GRACE_S = 5  # `timeout -k 5`: SIGKILL this long after SIGTERM
@@ -80,16 +81,29 @@ def _missing_host_fields(check: Check, host: Host) -> list[str]:
 
 
 def _result(check: Check, verdict: str, message: str, **kw) -> CheckResult:
-    return CheckResult(id=check.id, title=check.title, verdict=verdict, message=message, tier=check.tier,
+    return CheckResult(id=check.id, title=check.title, verdict=verdict, message=sanitize(message), tier=check.tier,
                        why=check.why, **kw)
+
+
+def _clean(value):
+    """Parsed facts with terminal control characters escaped: a JSON probe's "\\u001b" decodes to ESC."""
+    if isinstance(value, str):
+        return sanitize(value)
+    if isinstance(value, list):
+        return [_clean(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(_clean(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    return value
 
 
 def judge(check: Check, spec: CommandSpec, res: CommandResult, host: Host) -> tuple[CheckResult, dict | None]:
     """One command's result -> the check's verdict, plus its facts (None if there are none)."""
     common = {"duration_s": res.duration_s, "command": spec.display(), "rc": res.rc}
-    stdout, stderr = redact(res.stdout), redact(res.stderr)
+    stdout, stderr = redact(sanitize(res.stdout)), redact(sanitize(res.stderr))
     if res.error:
-        return _result(check, "error", res.error, stdout=stdout, stderr=stderr, **common), None
+        return _result(check, "error", sanitize(res.error), stdout=stdout, stderr=stderr, **common), None
     on_host = res.timed_out_on_host(spec.timeout_s)
     if res.client_timeout or on_host:
         killed = "killed on the host" if on_host else "no exit status; the host may be overloaded"
@@ -100,7 +114,7 @@ def judge(check: Check, spec: CommandSpec, res: CommandResult, host: Host) -> tu
                        stdout=stdout, stderr=stderr, **common), None
     parser = REGISTRY[check.parser or ""]
     try:
-        facts = parser(Output(stdout, stderr, res.rc or 0))
+        facts = _clean(parser(Output(stdout, stderr, res.rc or 0)))
     except Unavailable as exc:
         return _result(check, "skipped", str(exc), stdout=stdout, stderr=stderr, **common), None
     except ParseError as exc:
@@ -132,13 +146,24 @@ def judge_derived(check: Check, results: dict[str, CheckResult], facts: dict[str
     return _result(check, outcome.verdict, outcome.message, cases=list(outcome.cases))
 
 
+class ProbeTimeout(RunnerError):
+    """The host gave no answer to the prerequisite probe in time: reported as `error_kind: timeout`."""
+
+
 async def _available_binaries(session: Session, names: list[str]) -> set[str]:
     if not names:
         return set()
-    argv = ["timeout", "-k", str(KILL_GRACE_S), str(PREREQ_TIMEOUT_S), "sh", "-s", "--", *names]
-    res = await session.run(argv, stdin=_PREREQ_SCRIPT, timeout_s=PREREQ_TIMEOUT_S)
-    if res.error or res.client_timeout or res.rc != 0:
-        detail = res.error or (res.stderr.strip().splitlines() or [f"exit status {res.rc}"])[-1]
+    limit = PREREQ_TIMEOUT_S
+    argv = ["timeout", "-k", str(KILL_GRACE_S), f"{limit:g}", "sh", "-s", "--", *names]
+    res = await session.run(argv, stdin=_PREREQ_SCRIPT, timeout_s=limit)
+    shown = shlex.join(argv[:8]) + (" …" if len(argv) > 8 else "")
+    if res.error:
+        raise RunnerError(f"could not run the prerequisite probe `{shown}`: {redact(sanitize(res.error))[:200]}")
+    if res.client_timeout or res.timed_out_on_host(limit):
+        how = "killed on the host" if res.timed_out_on_host(limit) else "no exit status; the host may be overloaded"
+        raise ProbeTimeout(f"timeout: the prerequisite probe `{shown}` gave no answer within {limit:g} s ({how})")
+    if res.rc != 0:
+        detail = (sanitize(res.stderr).strip().splitlines() or [f"exit status {res.rc}"])[-1]
         raise RunnerError(f"the host could not run the prerequisite probe (`sh` and GNU `timeout` are needed): "
                           f"{redact(detail)[:200]}")
     return {line.strip() for line in res.stdout.splitlines() if line.strip()}
@@ -174,11 +199,19 @@ async def diagnose_host(
         try:
             available = await _available_binaries(session, wanted)
         except RunnerError as exc:
-            report.error, report.error_kind = f"{host.name}: {exc}", "RunnerError"
+            kind = "timeout" if isinstance(exc, ProbeTimeout) else "RunnerError"
+            report.error, report.error_kind = f"{host.name}: {exc}", kind
             report.duration_s = time.monotonic() - start
             return report
         done = len(results)  # skipped for missing inventory fields
         total = len(checks)
+
+        # Every Python probe in one process of the target Python, started first (bot/runner/bundle.py).
+        bundled = [spec for spec in plans if _bundleable(spec, host)
+                   and not [b for b in spec.binaries if b not in available]]
+        answers: asyncio.Future[dict[CommandSpec, CommandResult]] | None = None
+        if len(bundled) >= 2:
+            answers = asyncio.ensure_future(_run_bundle(session, bundled))
 
         async def run_plan(spec: CommandSpec, group: list[Check]) -> None:
             nonlocal done
@@ -187,7 +220,9 @@ async def diagnose_host(
                 for check in group:
                     results[check.id] = judge_missing(check, absent, host)
             else:
-                res = await session.run(spec.wrapped(), stdin=spec.stdin, timeout_s=spec.timeout_s)
+                res = (await answers).get(spec) if answers is not None and spec in bundled else None
+                if res is None:
+                    res = await session.run(spec.wrapped(), stdin=spec.stdin, timeout_s=spec.timeout_s)
                 for check in group:
                     results[check.id], own = judge(check, spec, res, host)
                     if own is not None:
@@ -207,6 +242,30 @@ async def diagnose_host(
     report.duration_s = time.monotonic() - start
     say(f"{host.name}: done in {report.duration_s:.1f} s")
     return report
+
+
+def _bundleable(spec: CommandSpec, host: Host) -> bool:
+    """A probe script run by the target Python (`python - ARGS < script.py`)."""
+    return (spec.script is not None and spec.script.endswith(".py") and spec.stdin is not None
+            and spec.argv[:2] == (host.python, "-"))
+
+
+async def _run_bundle(session: Session, specs: list[CommandSpec]) -> dict[CommandSpec, CommandResult]:
+    """Run the specs' probes in one process; a probe the bundle did not answer for is left out (it is
+    then run on its own), unless the bundle ran out of time: then that probe timed out too."""
+    sections = [bundle.Section(str(i), spec.script or "-", spec.stdin or "", spec.argv[2:], spec.timeout_s)
+                for i, spec in enumerate(specs)]
+    limit = bundle.timeout_for(sections)
+    argv = ["timeout", "-k", str(KILL_GRACE_S), f"{limit:g}", specs[0].argv[0], "-"]
+    res = await session.run(argv, stdin=bundle.program(sections), timeout_s=limit)
+    answered = bundle.split(res)
+    out: dict[CommandSpec, CommandResult] = {}
+    for section, spec in zip(sections, specs, strict=True):
+        if section.key in answered:
+            out[spec] = answered[section.key]
+        elif res.client_timeout or res.timed_out_on_host(limit):
+            out[spec] = CommandResult(None, "", "", res.duration_s, client_timeout=True)
+    return out
 
 
 def _derived_in_order(checks: list[Check]) -> list[Check]:

@@ -78,6 +78,22 @@ class Difference:
 
 
 @dataclass(frozen=True)
+class Disagreement:
+    """Hosts that report different values of a field with no strict majority to blame one of them (two hosts
+    that differ, or a group split down the middle): the hosts differ, and on what."""
+
+    field: str
+    values: tuple[tuple[str, str], ...]  # (host, value), in the report's host order
+
+    def sentence(self) -> str:
+        shown = ", ".join(f"{host} {value}" for host, value in self.values)
+        if len(self.values) == 2:
+            return (f"the 2 hosts differ on {self.field}: {shown} (with two hosts neither can be called the odd "
+                    "one; check which value is intended)")
+        return f"the {len(self.values)} hosts split on {self.field} with no majority: {shown}"
+
+
+@dataclass(frozen=True)
 class Drift:
     host: str
     field: str
@@ -148,6 +164,37 @@ def fleet_diff(facts: Iterable[HostFacts], min_hosts: int = 3) -> list[Differenc
             out.append(Difference(h.host, label, value, majority, n, reporting))
     out.sort(key=lambda d: (d.host, order.get(d.field, len(order)), d.field))
     return out
+
+
+def fleet_disagreements(facts: Iterable[HostFacts]) -> list[Disagreement]:
+    """Fields on which at least two hosts report different values but no strict majority exists, so
+    `fleet_diff` names no odd host: a 2-host group that disagrees, or a group split down the middle."""
+    hosts = list(facts)
+    if len(hosts) < 2:
+        return []
+    order = {f[0]: i for i, f in enumerate(FIELDS)}
+    labels: list[str] = []
+    for h in hosts:
+        labels += [label for label in h.values if label not in labels]
+    out: list[Disagreement] = []
+    for label in labels:
+        values = tuple((h.host, h.values[label]) for h in hosts if label in h.values)
+        counts = Counter(v for _, v in values)
+        if len(counts) < 2:
+            continue
+        if counts.most_common(1)[0][1] * 2 > len(values) and len(values) >= 3:
+            continue  # a strict majority: fleet_diff names the odd hosts
+        out.append(Disagreement(label, values))
+    out.sort(key=lambda d: (order.get(d.field, len(order)), d.field))
+    return out
+
+
+def field_area(label: str) -> str:
+    """The check area a compared field comes from (`env` for environment variables), for the grid."""
+    for name, check_id, _fact, _fmt in FIELDS:
+        if name == label:
+            return check_id.split(".", 1)[0]
+    return "env" if label.startswith("env ") else "host"
 
 
 def baseline_of(report: DiagnosisReport) -> dict[str, dict[str, str]]:

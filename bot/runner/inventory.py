@@ -24,6 +24,7 @@ asyncssh reads for the host's address (or its name when no address is set).
 
 from __future__ import annotations
 
+import difflib
 import re
 import shlex
 from dataclasses import dataclass, field
@@ -185,7 +186,9 @@ class Inventory:
             return [self.hosts[name]]
         if name in self.groups:
             return [self.hosts[h] for h in self.groups[name]]
-        raise UnknownHost(f"'{name}' is not a host or group in the inventory")
+        close = difflib.get_close_matches(name, [*self.hosts, *self.groups], n=1, cutoff=0.6)
+        hint = f"; did you mean '{close[0]}'?" if close else ""
+        raise UnknownHost(f"'{name}' is not a host or group in the inventory{hint}")
 
 
 def _format(exc: ValidationError) -> list[str]:

@@ -17,7 +17,7 @@ import asyncio
 import re
 import shlex
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
 import asyncssh
@@ -26,13 +26,38 @@ from bot.errors import AuthFailed, ConfigError, HostKeyMismatch, HostUnreachable
 from bot.runner.inventory import Host
 from bot.runner.transport import CLIENT_GRACE_S, CommandResult, clip
 
+CLOSE_WAIT_S = 5.0  # how long to wait for sshd to confirm an abandoned channel's close
 _HOP_RE = re.compile(r"^(?:(?P<user>[^@]+)@)?(?P<host>[^:@]+)(?::(?P<port>\d+))?$")
 
 
 class SSHSession:
-    def __init__(self, conn: asyncssh.SSHClientConnection, max_channels: int):
+    def __init__(self, conn: asyncssh.SSHClientConnection, max_channels: int,
+                 reconnect: Callable[[], Awaitable[asyncssh.SSHClientConnection]] | None = None):
         self._conn = conn
         self._channels = asyncio.Semaphore(max_channels)
+        self._reconnect = reconnect
+        self._abandoned = 0  # commands given up on this connection whose session may still live on the host
+        self._spent: list[asyncssh.SSHClientConnection] = []  # connections replaced because of them
+        self._reconnecting = asyncio.Lock()
+
+    async def _open(self, command: str, stdin: str | None) -> asyncssh.SSHClientProcess[str]:
+        conn = self._conn
+        try:
+            return await conn.create_process(command, input=stdin, encoding="utf-8", errors="replace")
+        except asyncssh.ChannelOpenError:
+            # A command we gave up on can outlive our kill (sshd refuses `signal` requests for some logins,
+            # or the process is stuck in the kernel); its session then still counts against MaxSessions.
+            # Sessions are per connection: carry on over a fresh one instead of failing every later check.
+            if self._reconnect is None:
+                raise
+            async with self._reconnecting:
+                if conn is self._conn:
+                    if not self._abandoned:
+                        raise
+                    self._abandoned = 0
+                    self._conn = await self._reconnect()
+                    self._spent.append(conn)
+            return await self._conn.create_process(command, input=stdin, encoding="utf-8", errors="replace")
 
     async def run(self, argv: Sequence[str], *, stdin: str | None, timeout_s: float) -> CommandResult:
         # The remote side runs this through the login shell; every word is quoted, so values from the
@@ -41,18 +66,27 @@ class SSHSession:
         async with self._channels:
             start = time.monotonic()
             try:
-                result = await self._conn.run(
-                    command, input=stdin, check=False, timeout=timeout_s + CLIENT_GRACE_S,
-                    encoding="utf-8", errors="replace",
-                )  # fmt: skip
-            except asyncssh.TimeoutError as exc:
-                return CommandResult(None, clip(str(exc.stdout or "")), clip(str(exc.stderr or "")),
-                                     time.monotonic() - start, client_timeout=True)
+                process = await self._open(command, stdin)
             except asyncssh.ChannelOpenError as exc:
                 return CommandResult(None, "", "", time.monotonic() - start,
                                      error=f"could not open an SSH session channel: {exc.reason}")
-            except (asyncssh.Error, OSError) as exc:
+            except (asyncssh.Error, OSError, RunnerError) as exc:
                 return CommandResult(None, "", "", time.monotonic() - start, error=f"SSH error: {exc}")
+            try:
+                result = await process.wait(check=False, timeout=timeout_s + CLIENT_GRACE_S)
+            except asyncssh.TimeoutError as exc:
+                # asyncssh leaves the channel open after its timeout, and sshd counts an open channel
+                # against MaxSessions for as long as it lives: kill what still runs in the session and
+                # close the channel BEFORE the slot is given back, or later checks fail "open failed".
+                await self._abandon(process)
+                return CommandResult(None, clip(str(exc.stdout or "")), clip(str(exc.stderr or "")),
+                                     time.monotonic() - start, client_timeout=True)
+            except (asyncssh.Error, OSError) as exc:
+                await self._abandon(process)
+                return CommandResult(None, "", "", time.monotonic() - start, error=f"SSH error: {exc}")
+            except BaseException:  # cancelled (Ctrl-C, SIGTERM): do not leave the channel running either
+                process.close()
+                raise
         rc = result.returncode
         return CommandResult(
             rc if rc is not None else -1,
@@ -61,12 +95,28 @@ class SSHSession:
             time.monotonic() - start,
         )
 
-    async def close(self) -> None:
-        self._conn.close()
+    async def _abandon(self, process: asyncssh.SSHClientProcess[str]) -> None:
+        """End a command that gave no answer: SIGKILL its session's process group (sshd's `signal`
+        request, OpenSSH 8.1+; older servers ignore it), then close the channel and wait a moment for
+        sshd to confirm, so the session no longer counts against MaxSessions."""
         try:
-            await asyncio.wait_for(self._conn.wait_closed(), 5)
+            process.send_signal("KILL")
+        except (asyncssh.Error, OSError, ValueError):
+            pass
+        process.close()
+        self._abandoned += 1
+        try:
+            await asyncio.wait_for(process.wait_closed(), CLOSE_WAIT_S)
         except (TimeoutError, asyncssh.Error, OSError):
             pass
+
+    async def close(self) -> None:
+        for conn in (*self._spent, self._conn):
+            conn.close()
+            try:
+                await asyncio.wait_for(conn.wait_closed(), 5)
+            except (TimeoutError, asyncssh.Error, OSError):
+                pass
 
 
 class SSHConnector:
@@ -107,7 +157,11 @@ class SSHConnector:
     async def open(self, host: Host) -> SSHSession:
         tunnel = await self._tunnel_for(host)
         conn = await self._connect(host, tunnel)
-        session = SSHSession(conn, self._max_channels)
+
+        async def reconnect() -> asyncssh.SSHClientConnection:
+            return await self._connect(host, tunnel)
+
+        session = SSHSession(conn, self._max_channels, reconnect)
         self._sessions.append(session)
         return session
 

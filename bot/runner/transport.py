@@ -7,6 +7,7 @@ its own client-side deadline on top.
 
 from __future__ import annotations
 
+import re
 import signal
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -80,3 +81,19 @@ def clip(text: str) -> str:
     if len(text) <= MAX_OUTPUT_CHARS:
         return text
     return text[:MAX_OUTPUT_CHARS] + f"\n[… output cut at {MAX_OUTPUT_CHARS} characters]"
+
+
+# Terminal control sequences in host output (a GPU name or a log line with colour codes, a cursor move, an
+# OSC title or hyperlink) must not reach the operator's terminal or a Slack message: CSI/OSC sequences are
+# dropped, any other control character (ESC, BEL, backspace, CR, C1) is shown as an escape, e.g. \x1b.
+_TERMINAL_SEQUENCE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x9b[0-?]*[ -/]*[@-~]")
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def sanitize(text: str) -> str:
+    """Host output made safe to print: terminal sequences removed, other control characters escaped
+    (newlines and tabs kept)."""
+    if not _CONTROL.search(text):
+        return text
+    text = _TERMINAL_SEQUENCE.sub("", text.replace("\r\n", "\n"))
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)

@@ -66,13 +66,15 @@ def fleet_extras(report: Any, settings: Any) -> tuple[list[str], list[tuple[str,
     from bot.runner.fleet_view import fleet_view, grid_picture, sentences
 
     notes: list[str] = []
+    view = None
     try:
-        notes = sentences(fleet_view(report, settings))
+        view = fleet_view(report, settings)
+        notes = sentences(view)
     except Exception:  # noqa: BLE001 - the summary goes out without the fleet view
         log.exception("fleet view of %s failed", report.target)
     files: list[tuple[str, bytes, str]] = []
     try:
-        files.append((f"fleet-{report.target}.png", grid_picture(report).png, f"Fleet view: {report.target}"))
+        files.append((f"fleet-{report.target}.png", grid_picture(report, view).png, f"Fleet view: {report.target}"))
         bars = host_memory_bars(report)
         if bars:
             files.append((f"gpu-memory-{report.target}.png",

@@ -254,7 +254,7 @@ _VLLM_SERVER_RE = re.compile(r"(?:^|/)vllm\s+serve\b|vllm\.entrypoints")
 @parser(
     "gpu_apps",
     ["app_count", "used_mib_total", "apps", "leftover", "zombie", "missing", "foreign", "vllm_count",
-     "free_share_for_vllm", "tightest_gpu", "error"],
+     "free_share_for_vllm", "tightest_gpu", "per_gpu", "error"],
 )
 def gpu_apps(out: Output) -> Facts:
     """Output of scripts/gpu_apps.sh: `gpu bus=… total_mib=… used_mib=…` per GPU, `app pid=… bus=…
@@ -319,6 +319,9 @@ def gpu_apps(out: Output) -> Facts:
         "vllm_count": vllm_count,
         "free_share_for_vllm": free_share,
         "tightest_gpu": tightest,
+        # each GPU's memory as gpu.inventory gives it, for the memory picture (bot/memory_view.py)
+        "per_gpu": [{"index": i, "bus": g["bus"], "total_mib": g["total"], "used_mib": g["used"]}
+                    for i, g in enumerate(gpus)],
         "error": None,
     }
 

@@ -13,3 +13,14 @@ echo "hub_cache=$hub"
 n=0
 if [ -d "$hub" ]; then n=$(find "$hub" -maxdepth 1 -name 'models--*' 2>/dev/null | wc -l); fi
 echo "cached_models=$n"
+# $1: the model the host serves (the inventory's served_model), $2: its model_dir. Only a Hub repo id
+# ("org/name", not a path) can need a token, and not when the weights are local or already cached.
+model=${1:-}
+case "$model" in
+  ""|/*|./*|../*|~*|*" "*) echo "model_hub=0" ;;
+  */*) echo "model_hub=1" ;;
+  *) echo "model_hub=0" ;;
+esac
+if [ -n "${2:-}" ] && [ -d "$2" ]; then echo "model_local=1"; else echo "model_local=0"; fi
+slug=$(printf '%s' "$model" | sed 's|/|--|g')
+if [ -n "$model" ] && [ -d "$hub/models--$slug" ]; then echo "model_cached=1"; else echo "model_cached=0"; fi

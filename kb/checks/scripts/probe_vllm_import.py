@@ -5,9 +5,11 @@
 # crash by SIGILL; the child's crash is reported, not lost. Prints one JSON line after whatever vLLM logs.
 # Python 3.8+ syntax, stdlib only.
 import json
+import os
 import signal
 import subprocess
 import sys
+import tempfile
 
 CHILD = r'''
 import json, logging, sys, time, traceback
@@ -65,12 +67,40 @@ def last_json(text):
     return None
 
 
-child = subprocess.run([sys.executable, "-c", CHILD], capture_output=True)
-stdout = child.stdout.decode("utf-8", "replace")
-stderr = child.stderr.decode("utf-8", "replace")
+def run_child():
+    """(exit status, stdout, stderr) of CHILD in a process of its own. When torch is already imported (the
+    runner's probe bundle imports it once for every probe) the child is a fork of this process, which
+    skips a second interpreter start and torch import; otherwise a fresh `python -c`."""
+    if "torch" in sys.modules and hasattr(os, "fork"):
+        out, err = tempfile.TemporaryFile(), tempfile.TemporaryFile()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            os.dup2(out.fileno(), 1)
+            os.dup2(err.fileno(), 2)
+            try:
+                exec(compile(CHILD, "<import vllm>", "exec"), {"__name__": "__main__"})
+            except BaseException:
+                import traceback
+                traceback.print_exc()
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(0)
+        status = os.waitpid(pid, 0)[1]
+        code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+        out.seek(0)
+        err.seek(0)
+        return code, out.read().decode("utf-8", "replace"), err.read().decode("utf-8", "replace")
+    child = subprocess.run([sys.executable, "-c", CHILD], capture_output=True)
+    return child.returncode, child.stdout.decode("utf-8", "replace"), child.stderr.decode("utf-8", "replace")
+
+
+returncode, stdout, stderr = run_child()
 sys.stderr.write(stderr[-20000:])
-if child.returncode < 0:
-    number = -child.returncode
+if returncode < 0:
+    number = -returncode
     try:
         name = signal.Signals(number).name
     except ValueError:
@@ -83,5 +113,5 @@ else:
     logs = stdout.rstrip()
     logs = logs[: logs.rfind("\n{")] if "\n{" in logs else logs  # the child's own result line is re-printed below
     sys.stdout.write(logs[-20000:])
-    out = last_json(stdout) or {"ok": False, "error": "the import printed no result (exit status %d)" % child.returncode}
+    out = last_json(stdout) or {"ok": False, "error": "the import printed no result (exit status %d)" % returncode}
 sys.stdout.write("\n" + json.dumps(out) + "\n")

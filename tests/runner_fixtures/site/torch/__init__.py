@@ -3,7 +3,8 @@
 Behaves like the real thing where the probes look: the profile's torch.json gives the build (version,
 CUDA, arch list) and the machine (GPUs, the driver's CUDA version). CUDA_VISIBLE_DEVICES is applied the
 way the CUDA runtime does (enumeration stops at the first index that does not exist), and a driver older
-than the build gives torch's own "driver too old" warning and no devices.
+than the build gives torch's own "driver too old" warning and no devices; `init_warning` is the warning
+torch gives when CUDA cannot start at all (no driver, Error 802 with the fabric manager down).
 """
 
 import json
@@ -66,6 +67,9 @@ class _Cuda:
 
     @staticmethod
     def is_available():
+        if _P.get("init_warning"):  # CUDA could not start at all: torch's own warning, no devices
+            warnings.warn(_P["init_warning"])
+            return False
         if _driver_too_old():
             found = "".join("%d%02d" % (a, b) for a, b in [_tuple(_P["driver_cuda"])[:2]]) + "0"
             warnings.warn(
@@ -79,7 +83,7 @@ class _Cuda:
 
     @staticmethod
     def device_count():
-        return 0 if _driver_too_old() else len(_visible())
+        return 0 if _driver_too_old() or _P.get("init_warning") else len(_visible())
 
     @staticmethod
     def get_device_capability(i):
