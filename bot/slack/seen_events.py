@@ -228,6 +228,12 @@ class SeenEvents:
             self._thread.start()
         return self
 
+    def alive(self) -> tuple[bool, str]:
+        """Liveness: a replica whose heartbeat thread died would keep leases it no longer renews."""
+        if self._thread is not None and not self._thread.is_alive() and not self._stop.is_set():
+            return False, "the delivery-lease heartbeat stopped"
+        return True, "alive"
+
     def stop(self) -> None:
         self._stop.set()
         if self._thread is not None:
@@ -235,4 +241,7 @@ class SeenEvents:
 
     def _loop(self) -> None:
         while not self._stop.wait(self.lease_s / 3):
-            self.heartbeat()
+            try:
+                self.heartbeat()
+            except Exception:  # noqa: BLE001 - a bug here must not end the heartbeat (liveness watches it)
+                log.exception("lease heartbeat failed")

@@ -96,7 +96,7 @@ class SlackBot:
         if not http and settings.metrics_port is not None and port is None:
             port = settings.metrics_port
         self._server = HttpServer(
-            ops_app(probes, alive=lambda: (True, "alive"), inner=wsgi_app(self.app if http else None, self.health)),
+            ops_app(probes, alive=self.deps.seen_events.alive, inner=wsgi_app(self.app if http else None, self.health)),
             host=host or settings.http_host,
             port=settings.http_port if port is None else port,
             threads=settings.http_threads,
@@ -174,12 +174,13 @@ class SlackBot:
     def wait(self) -> None:
         self._stopped.wait()
 
-    def stop(self, drain_s: float | None = None, delay_s: float | None = None) -> None:
+    def stop(self, drain_s: float | None = None, delay_s: float | None = None) -> int:
         """Drain in order (issue 28): `/readyz` answers 503 at once while requests are still taken for
         `delay_s` (load balancers and Kubernetes stop sending); then the listener and Socket Mode close and
         the fleet worker stops claiming; running and queued answers get `drain_s`; every delivery still
         unanswered is handed back (its lease released: the next delivery is taken by another replica at
-        once), fleet jobs still running go back to the queue; then close."""
+        once), fleet jobs still running go back to the queue; then close. Returns how many deliveries were
+        handed back (their work, if still running, must not go on: `vllm-doctor serve` then exits at once)."""
         drain_s = self.settings.drain_s if drain_s is None else drain_s
         delay_s = self.settings.drain_delay_s if delay_s is None else delay_s
         self._draining = True
@@ -200,5 +201,6 @@ class SlackBot:
                         drain_s)
         self.deps.workers.shutdown(wait=False)  # queued jobs are cancelled: their deliveries are handed back
         self.deps.seen_events.stop()
-        self.deps.seen_events.hand_back()
+        handed = self.deps.seen_events.hand_back()
         self._stopped.set()
+        return handed
