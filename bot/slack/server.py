@@ -103,6 +103,7 @@ class SlackBot:
             max_body_bytes=max(16 * 1024 * 1024, 3 * settings.slack_max_input_bytes),
         )
         self._stopped = threading.Event()
+        self._listen_while_draining = threading.Event()
         self._draining = False
 
     @property
@@ -174,6 +175,10 @@ class SlackBot:
     def wait(self) -> None:
         self._stopped.wait()
 
+    def end_drain_delay(self) -> None:
+        """Close the listener now instead of at the end of the drain delay (tests; a second signal)."""
+        self._listen_while_draining.set()
+
     def stop(self, drain_s: float | None = None, delay_s: float | None = None) -> int:
         """Drain in order (issue 28): `/readyz` answers 503 at once while requests are still taken for
         `delay_s` (load balancers and Kubernetes stop sending); then the listener and Socket Mode close and
@@ -186,7 +191,7 @@ class SlackBot:
         self._draining = True
         log.info("draining: /readyz answers 503; closing the listener in %.1f s", delay_s)
         if delay_s > 0:
-            time.sleep(delay_s)
+            self._listen_while_draining.wait(delay_s)
         if self._socket is not None:
             self._socket.close()
         self._server.close()
