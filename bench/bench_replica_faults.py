@@ -5,6 +5,7 @@ logs, and three faults:
                (re-sent while the answer is 503, as Slack does) to B: events never answered, events with
                more than one message or answer
     sigterm    the same with SIGTERM (A drains, hands back): events lost, answered twice
+    pg_restart a quick PostgreSQL restart, then each of N events at both replicas at once: answered twice?
     postgres   PostgreSQL stopped for --outage seconds while N pastes (and a retry of each at the same
                replica) arrive: error answers, repeats from one replica, time of the first /readyz 503 after
                the stop and how long that request took, time from the restart to /readyz 200
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import sys
 import tempfile
@@ -87,13 +89,14 @@ def burst_then_signal(fake: FakeSlack, a: Replica, b: Replica, n: int, sig: int,
                           and "answer_actions" in json.dumps(c.params.get("blocks")))
     a.proc.send_signal(sig)
     a.proc.wait(timeout=300)
-    handed = sum("handed back" in line for line in a.log.read_text(encoding="utf-8").splitlines())
+    found = re.search(r"handed back (\d+) unanswered", a.log.read_text(encoding="utf-8"))
+    handed = int(found.group(1)) if found else 0
     with ThreadPoolExecutor(8) as pool:
         attempts = list(pool.map(lambda e: until_acked(b, *e), events))
     result = outcome(fake, {ts for _, ts in events}, wait_s=900)
     return result | {"answered_before_signal": answered_before, "retries_refused_503": sum(a - 1 for a in attempts
                                                                                           if a > 0),
-                     "exit_code": a.proc.returncode, "hand_back_logged": bool(handed)}
+                     "exit_code": a.proc.returncode, "handed_back": handed}
 
 
 def postgres_outage(fake: FakeSlack, server: PostgresServer, a: Replica, b: Replica, n: int, outage_s: float
@@ -137,11 +140,27 @@ def postgres_outage(fake: FakeSlack, server: PostgresServer, a: Replica, b: Repl
                      "ready_again_after_s": None if ready_after is None else round(ready_after, 2)}
 
 
+def postgres_restart(fake: FakeSlack, server: PostgresServer, a: Replica, b: Replica, n: int) -> dict[str, Any]:
+    """A quick `pg_ctl restart` (stop -m fast + start), then each event at both replicas at once: the pooled
+    connections died with the server; a claim must not fail on one of them (and answer anyway)."""
+    fake.clear()
+    for replica in (a, b):  # every pooled connection in use once, so the pools hold some
+        replica.get("/readyz")
+    server.pause()
+    server.resume()
+    events = [(f"EvRS{i:04d}", f"1700009500.{i:06d}") for i in range(n)]
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda e: [r.sender.event(dm(e[1]), e[0]).status for r in (a, b)], events))
+    return outcome(fake, {ts for _, ts in events}, wait_s=900)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--n", type=int, default=50)
     parser.add_argument("--outage", type=float, default=20.0)
     parser.add_argument("--lease", type=float, default=5.0)
+    parser.add_argument("--drain", type=float, default=0.5, help="VLLM_DOCTOR_DRAIN: short, so that SIGTERM "
+                        "leaves work to hand back")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
 
@@ -151,7 +170,8 @@ def main() -> int:
     server = start_postgres()
     fake = FakeSlack().start()
     env = replica_env(fake.base_url, server.create_database("faults"), Settings().index_dir,
-                      VLLM_DOCTOR_CLAIM_LEASE=str(args.lease), VLLM_DOCTOR_DRAIN="2", VLLM_DOCTOR_DRAIN_DELAY="1")
+                      VLLM_DOCTOR_CLAIM_LEASE=str(args.lease), VLLM_DOCTOR_DRAIN=str(args.drain),
+                      VLLM_DOCTOR_DRAIN_DELAY="1", VLLM_DOCTOR_SLACK_WORKERS="2")
     replicas: list[Replica] = []
 
     def replica() -> Replica:
@@ -164,6 +184,7 @@ def main() -> int:
     try:
         a, b = replica(), replica()
         results["postgres"] = postgres_outage(fake, server, a, b, args.n, args.outage)
+        results["pg_restart"] = postgres_restart(fake, server, a, b, args.n)
         results["sigterm"] = burst_then_signal(fake, a, b, args.n, signal.SIGTERM, "TERM")
         a = replica()
         results["sigkill"] = burst_then_signal(fake, a, b, args.n, signal.SIGKILL, "KILL")
