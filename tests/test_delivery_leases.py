@@ -125,3 +125,36 @@ def test_shutdown_hands_back_what_is_unanswered(state: Callable[[Clock], SlackSt
     assert b.admit("event:Ev1", retry=True).outcome == "duplicate"
     assert b.admit("event:Ev2", retry=True).outcome == "retaken"
     assert b.admit("event:Ev3").outcome == "new" and b.admit("event:Ev3").outcome == "duplicate"
+
+
+def test_a_delivery_is_done_when_its_last_job_ends_and_a_cancelled_job_leaves_it_to_hand_back() -> None:
+    """bot/slack/delivery.py: the listener and the worker jobs it submits count as the delivery's work
+    (followed by a context variable); done after the last of them; a job cancelled at shutdown never
+    runs, so its delivery is still unanswered and is handed back."""
+    import threading
+
+    from bot.slack.delivery import CURRENT, Delivery, TrackingExecutor
+
+    seen = SeenEvents()
+    gate, started = threading.Event(), threading.Event()
+    pool = TrackingExecutor(max_workers=1)
+
+    def slow() -> None:
+        started.set()
+        gate.wait(60)
+
+    try:
+        for key, job in (("event:Ev1", slow), ("event:Ev2", lambda: None)):
+            CURRENT.set(Delivery(key, seen, seen.admit(key)))
+            pool.submit(job)  # what a listener does with slow work
+            assert started.wait(60)  # Ev1's job runs; Ev2's waits behind it
+        CURRENT.set(None)
+        assert sorted(seen.working()) == ["event:Ev1", "event:Ev2"]  # Ev2's job is queued behind Ev1's
+        pool.shutdown(wait=False, cancel_futures=True)  # SIGTERM: Ev2's job never runs
+        gate.set()
+        pool.shutdown(wait=True)
+        assert seen.working() == ["event:Ev2"]
+        assert seen.hand_back() == 1 and seen.working() == []
+    finally:
+        gate.set()
+        pool.shutdown(wait=True)
