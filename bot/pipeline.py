@@ -219,6 +219,12 @@ class Pipeline:
                 self._question_matcher = QuestionMatcher(self._kb, self.index, default_glossary())
             return self._question_matcher
 
+    def warm_up(self) -> None:
+        """Open (or build) the search index and load the embedding model now, not at the first paste: a
+        server is ready only after this (`/readyz`)."""
+        self.matcher  # noqa: B018 - the property opens the index
+        self._encoder().encode(["warm up"])
+
     def set_priors(self, priors: Mapping[str, float] | None) -> None:
         """Ranking prior per case from user feedback (bot.kb_growth.feedback; clamped in bot.match)."""
         with self._lock:

@@ -462,6 +462,27 @@ class StorageSettings(BaseModel):
         description="Seconds a replica holds a claimed host of a group diagnosis; a host whose replica died is "
         "checked again by another after this (kept above the slowest host's checks; renewed while running).",
     )
+    claim_lease_s: float = Field(
+        30.0,
+        gt=0,
+        validation_alias=_env("VLLM_DOCTOR_CLAIM_LEASE"),
+        description="Seconds a replica holds a Slack delivery it is answering (renewed every third of it while "
+        "it works); a delivery whose replica died is answered by another at Slack's next retry after this.",
+    )
+    drain_s: float = Field(
+        30.0,
+        ge=0,
+        validation_alias=_env("VLLM_DOCTOR_DRAIN"),
+        description="On SIGTERM: seconds running and queued answers get to finish; what is left is handed back "
+        "to the other replicas (keep below the orchestrator's grace period).",
+    )
+    drain_delay_s: float = Field(
+        5.0,
+        ge=0,
+        validation_alias=_env("VLLM_DOCTOR_DRAIN_DELAY"),
+        description="On SIGTERM: seconds /readyz answers 503 while requests are still taken, so load balancers "
+        "stop sending before the listener closes.",
+    )
     kb_poll_s: float = Field(
         5.0,
         gt=0,

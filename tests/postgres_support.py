@@ -64,6 +64,7 @@ class PostgresServer:
     directory: Path
     bin_dir: Path
     port: int
+    options: str = ""
 
     @property
     def admin_url(self) -> str:
@@ -86,6 +87,16 @@ class PostgresServer:
 
     def drop_database(self, name: str) -> None:
         self.psql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+    def pause(self) -> None:
+        """Stop the server, keeping its data (an outage); `resume()` starts it again on the same port."""
+        subprocess.run(_as_server_user([str(self.bin_dir / "pg_ctl"), "-D", str(self.directory / "data"),
+                                        "stop", "-m", "fast", "-w"]), check=True, capture_output=True, timeout=60)
+
+    def resume(self) -> None:
+        subprocess.run(_as_server_user([str(self.bin_dir / "pg_ctl"), "-D", str(self.directory / "data"), "-l",
+                                        str(self.directory / "server.log"), "-o", self.options, "-w", "start"]),
+                       check=True, capture_output=True, timeout=120)
 
     def stop(self) -> None:
         subprocess.run(_as_server_user([str(self.bin_dir / "pg_ctl"), "-D", str(self.directory / "data"),
@@ -114,7 +125,7 @@ def start_postgres(directory: Path | None = None) -> PostgresServer:
     if started.returncode != 0:
         log = (directory / "server.log").read_text(errors="replace") if (directory / "server.log").exists() else ""
         raise RuntimeError(f"pg_ctl start failed: {started.stdout}{started.stderr}{log[-2000:]}")
-    server = PostgresServer(directory, bin_dir, port)
+    server = PostgresServer(directory, bin_dir, port, options)
     deadline = time.monotonic() + 30
     while True:
         try:

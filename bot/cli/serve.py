@@ -4,6 +4,8 @@ slack_bolt or torch."""
 from __future__ import annotations
 
 import argparse
+import logging
+import os
 import signal
 import sys
 from typing import Any
@@ -45,5 +47,10 @@ def run(args: argparse.Namespace, settings: Any) -> int:
     except KeyboardInterrupt:
         print("stopping…", file=sys.stderr)
     finally:
-        bot.stop()
+        handed_back = bot.stop()
+    if handed_back:  # answers still running were handed to other replicas: they must not go on here
+        print(f"handed {handed_back} unanswered deliveries back; exiting", file=sys.stderr)
+        logging.shutdown()
+        sys.stderr.flush()
+        os._exit(0)
     return 0

@@ -14,6 +14,7 @@ reorders cases that are otherwise within a few points of each other.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -22,6 +23,9 @@ from typing import Literal
 
 from bot.kb_growth.db import Database
 from bot.match import MAX_PRIOR
+from bot.storage import StorageError
+
+log = logging.getLogger(__name__)
 
 Vote = Literal["fixed", "not_helpful"]
 VOTES: tuple[Vote, ...] = ("fixed", "not_helpful")
@@ -69,6 +73,7 @@ class FeedbackStore:
         self._refresh_s = refresh_s
         self._cache: dict[str, Outcome] | None = None
         self._cached_at = 0.0
+        self._last_good: dict[str, Outcome] = {}  # served while the database cannot be read
         self._lock = threading.Lock()
 
     def vote(
@@ -110,14 +115,23 @@ class FeedbackStore:
             if self._cache is not None and time.monotonic() - self._cached_at < self._refresh_s:
                 return self._cache
         counts: dict[str, list[int]] = {}
-        with self.db.read() as conn:
-            for row in conn.execute(_LATEST_PER_USER.format(where="")):
-                solved_total = counts.setdefault(row["case_id"], [0, 0])
-                solved_total[0] += row["value"] == "fixed"
-                solved_total[1] += 1
+        try:
+            with self.db.read() as conn:
+                for row in conn.execute(_LATEST_PER_USER.format(where="")):
+                    solved_total = counts.setdefault(row["case_id"], [0, 0])
+                    solved_total[0] += row["value"] == "fixed"
+                    solved_total[1] += 1
+        except StorageError as exc:  # a database outage must not cost an answer: rank on the last priors read
+            from bot.ops import metrics
+
+            metrics.DATABASE_ERRORS.labels(operation="priors").inc()
+            log.warning("could not read the feedback priors (%s); using the %d read last", exc, len(self._last_good))
+            with self._lock:
+                self._cache, self._cached_at = self._last_good, time.monotonic()
+                return self._last_good
         result = {cid: Outcome(cid, s, t) for cid, (s, t) in counts.items()}
         with self._lock:
-            self._cache, self._cached_at = result, time.monotonic()
+            self._cache, self._cached_at, self._last_good = result, time.monotonic(), result
         return result
 
     def outcome(self, case_id: str) -> Outcome:

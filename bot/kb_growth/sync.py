@@ -75,8 +75,9 @@ class KBSync:
             rows = conn.execute("SELECT version, relpath, content, replica FROM kb_changes WHERE version > ? "
                                 "ORDER BY version", (self.version,)).fetchall()
         latest: dict[str, tuple[str, str]] = {}  # relpath -> (content, replica): only a file's newest text
+        newest = self.version
         for row in rows:
-            self.version = max(self.version, int(row[0]))
+            newest = max(newest, int(row[0]))
             latest.pop(str(row[1]), None)
             latest[str(row[1])] = (str(row[2]), str(row[3]))
         written = 0
@@ -87,8 +88,9 @@ class KBSync:
                 continue
             if replica == self.replica or (target.exists() and target.read_text(encoding="utf-8") == content):
                 continue
-            _write_atomically(target, content)
+            _write_atomically(target, content)  # raises: the version stays, the next poll writes it again
             written += 1
+        self.version = newest  # only once every file is on disk (issue 28: a failed write was lost until restart)
         if written:
             self.pipeline.reload_if_changed()
             log.info("applied %d KB change(s) from other replicas (version %d)", written, self.version)

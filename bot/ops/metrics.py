@@ -9,6 +9,11 @@ registry; `exposition()` renders them for GET /metrics. Names are prefixed `vllm
     runner_checks_total{verdict}, runner_check_seconds
     fleet_queue_depth                          host jobs not yet done (all replicas, from the database)
     index_build_seconds                        last search index build or update
+    claims_total{outcome}                      Slack deliveries admitted: new, retaken (a dead or stopping replica's
+                                               lease), offline (database down), duplicate, busy (retry refused)
+    database_errors_total{operation}           failed database calls on the delivery path: claim, finish,
+                                               release, heartbeat, priors
+    handed_back_total                          unanswered deliveries released at shutdown for another replica
 """
 
 from __future__ import annotations
@@ -26,6 +31,11 @@ RUNNER_CHECK_SECONDS = Histogram("vllm_doctor_runner_check_seconds", "Duration o
                                  buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60))
 FLEET_QUEUE_DEPTH = Gauge("vllm_doctor_fleet_queue_depth", "Host jobs of group diagnoses not yet done")
 INDEX_BUILD_SECONDS = Gauge("vllm_doctor_index_build_seconds", "Duration of the last index build or update")
+
+CLAIMS = Counter("vllm_doctor_claims_total", "Slack deliveries by claim outcome", ["outcome"])
+DATABASE_ERRORS = Counter("vllm_doctor_database_errors_total", "Failed database calls on the delivery path",
+                          ["operation"])
+HANDED_BACK = Counter("vllm_doctor_handed_back_total", "Unanswered deliveries released at shutdown")
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 

@@ -31,9 +31,10 @@ from waitress.server import create_server
 
 from bot.errors import ConfigError
 from bot.ops import metrics
-from bot.ops.logs import ContextExecutor, new_request_id
+from bot.ops.logs import new_request_id
 from bot.settings import Settings
 from bot.slack import actions, commands, events, kb_growth_edge, shortcuts, views
+from bot.slack.delivery import CURRENT, Delivery, TrackingExecutor
 from bot.slack.deps import SlackDeps
 
 log = logging.getLogger(__name__)
@@ -62,7 +63,7 @@ def build_app(deps: SlackDeps, client: WebClient) -> App:
             signing_secret=deps.settings.slack_signing_secret or "",  # unused in Socket Mode
             process_before_response=False,
             name="vllm-doctor",
-            listener_executor=ContextExecutor(max_workers=10, thread_name_prefix="bolt-listener"),
+            listener_executor=TrackingExecutor(max_workers=10, thread_name_prefix="bolt-listener"),
         )
     except (BoltError, OSError) as exc:  # auth.test failed: a wrong token, or Slack unreachable
         raise ConfigError(f"Slack did not accept SLACK_BOT_TOKEN at {client.base_url} ({exc})") from exc
@@ -84,16 +85,34 @@ def delivery_key(body: dict[str, Any]) -> str | None:
     return None
 
 
+def _retry_num(body: dict[str, Any], request: Any) -> int:
+    """Slack's retry counter: the X-Slack-Retry-Num header (HTTP) or `retry_attempt` (Socket Mode)."""
+    raw = (request.headers.get("x-slack-retry-num") or [None])[0] or body.get("retry_attempt") or 0
+    try:
+        return int(raw)
+    except (TypeError, ValueError):
+        return 0
+
+
 def _skip_retried_events(deps: SlackDeps) -> Callable[..., Any]:
     def skip_retried_events(body: dict[str, Any], request: Any, next_: Callable[[], None], resp: BoltResponse) -> Any:
         key = delivery_key(body)
         new_request_id(key.split(":", 1)[1] if key else None)
-        if key and not deps.seen_events.first_time(key):
-            retry = (request.headers.get("x-slack-retry-num") or ["?"])[0]
-            reason = (request.headers.get("x-slack-retry-reason") or ["?"])[0]
-            log.info("skipping repeated delivery %s (retry %s, %s)", key, retry, reason)
-            metrics.REQUESTS.labels(kind="duplicate").inc()
-            return BoltResponse(status=200, body="")  # a 2xx stops Slack's retries
+        CURRENT.set(None)  # request threads are reused: never let an earlier delivery's context leak in
+        if key:
+            retry = _retry_num(body, request)
+            admitted = deps.seen_events.admit(key, retry=retry > 0)
+            if admitted.outcome == "duplicate":
+                reason = (request.headers.get("x-slack-retry-reason") or ["?"])[0]
+                log.info("skipping repeated delivery %s (retry %s, %s)", key, retry or "?", reason)
+                metrics.REQUESTS.labels(kind="duplicate").inc()
+                return BoltResponse(status=200, body="")  # a 2xx stops Slack's retries
+            if admitted.outcome == "busy":  # another replica holds a live lease: Slack should ask again later
+                log.info("delivery %s (retry %s) is being answered by another replica; asking Slack to retry later",
+                         key, retry)
+                metrics.REQUESTS.labels(kind="busy").inc()
+                return BoltResponse(status=503, body="in progress on another replica; retry later")
+            CURRENT.set(Delivery(key, deps.seen_events, admitted))
         metrics.REQUESTS.labels(kind=key.split(":")[0] if key else str(body.get("type") or "other")).inc()
         next_()
         return resp

@@ -20,6 +20,7 @@ from bot.models import Diagnosis
 from bot.ops import metrics
 from bot.paste import Paste, decode_input
 from bot.question import question_language
+from bot.slack import delivery as deliveries
 from bot.slack.deps import SlackDeps
 from bot.slack.files import check_text_size, fetch_file_text
 from bot.slack.heuristics import looks_like_error_log
@@ -246,6 +247,19 @@ class _Poster:
 
     def placeholder(self, message: Message) -> None:
         where = self._where
+        delivery = deliveries.current()
+        earlier = delivery.placeholder if delivery is not None else None
+        if earlier is not None:  # taken over from a replica that died or stopped: its message gets the answer
+            try:
+                self._client.chat_update(channel=earlier[0], ts=earlier[1], **message.as_kwargs())
+            except SlackApiError as exc:
+                log.warning("could not reuse placeholder %s (%s); posting a new one", earlier[1],
+                            exc.response.get("error"))
+            else:
+                self.channel, self.ts = earlier
+                if self.thread_ts is None:
+                    self.thread_ts = self.ts
+                return
         kwargs: dict[str, Any] = {"channel": where.channel, **message.as_kwargs()}
         if where.thread_ts:
             kwargs["thread_ts"] = where.thread_ts
@@ -262,6 +276,8 @@ class _Poster:
         self.channel = response.get("channel", where.channel)
         if self.thread_ts is None:
             self.thread_ts = self.ts  # a top-level answer becomes the thread for files and follow-ups
+        if delivery is not None and self.ts:
+            delivery.note_placeholder(self.channel, self.ts)
 
     def final(self, message: Message, progressive: bool = False) -> None:
         if self._via_response_url:

@@ -29,6 +29,8 @@ from bot.storage import StorageError, open_database
 
 log = logging.getLogger(__name__)
 
+READY_DB_TIMEOUT_S = 0.5  # /readyz must say 503 fast while the database is down, not hang
+
 
 def replica_id() -> str:
     """Who claimed a delivery or a fleet job: host name, pid and a random suffix (pids repeat in pods)."""
@@ -64,7 +66,7 @@ class SlackBot:
             pipeline=pipeline,
             bot_token=settings.slack_bot_token or "",
             workers=Workers(settings.slack_workers),
-            seen_events=SeenEvents(claim=lambda key: state.claim(key, owner=self.replica_id)),
+            seen_events=SeenEvents(store=state, owner=self.replica_id, lease_s=settings.claim_lease_s),
             recent=RecentAnswers(store=state),
             thread_facts=ThreadFacts(store=state),
             hosts=hosts if hosts is not None else load_host_diagnostics(settings, pipeline),
@@ -86,18 +88,22 @@ class SlackBot:
         self._socket: SocketModeConnection | None = None
         if not http:
             self._socket = SocketModeConnection(self.app, settings.slack_app_token or "")
-        probes = {"kb": self._kb_ready, "database": self._database_ready, "slack": self.health,
+        self._warm = threading.Event()
+        self._warm_error = ""
+        probes = {"kb": self._kb_ready, "index": self._index_ready, "database": self._database_ready,
+                  "slack": self.health,
                   "serving": lambda: (not self._draining, "draining" if self._draining else "yes")}
         if not http and settings.metrics_port is not None and port is None:
             port = settings.metrics_port
         self._server = HttpServer(
-            ops_app(probes, alive=lambda: (True, "alive"), inner=wsgi_app(self.app if http else None, self.health)),
+            ops_app(probes, alive=self.deps.seen_events.alive, inner=wsgi_app(self.app if http else None, self.health)),
             host=host or settings.http_host,
             port=settings.http_port if port is None else port,
             threads=settings.http_threads,
             max_body_bytes=max(16 * 1024 * 1024, 3 * settings.slack_max_input_bytes),
         )
         self._stopped = threading.Event()
+        self._listen_while_draining = threading.Event()
         self._draining = False
 
     @property
@@ -117,15 +123,36 @@ class SlackBot:
         size = self.deps.kb_size()
         return size > 0, f"{size} cases"
 
+    def _index_ready(self) -> tuple[bool, str]:
+        if self._warm_error:
+            return False, self._warm_error
+        return (True, "loaded") if self._warm.is_set() else (False, "loading")
+
     def _database_ready(self) -> tuple[bool, str]:
         try:
-            self.state.db.ping()
+            self.state.db.ping(timeout=READY_DB_TIMEOUT_S)
         except StorageError as exc:
             return False, str(exc)
         return True, self.state.db.backend
 
+    def _warm_up(self) -> None:
+        """Index and embedding model loaded before /readyz says 200 (else the first paste pays for it)."""
+        warm = getattr(self.deps.pipeline, "warm_up", None)
+        try:
+            if warm is not None:
+                started = time.monotonic()
+                warm()
+                log.info("search index and embedding model loaded in %.1f s", time.monotonic() - started)
+        except Exception as exc:  # noqa: BLE001 - readiness says why; pastes get the pipeline's own errors
+            log.exception("could not load the search index")
+            self._warm_error = f"not loaded: {type(exc).__name__}: {str(exc)[:200]}"
+        finally:
+            self._warm.set()
+
     def start(self) -> SlackBot:
         """Start serving in background threads and return."""
+        threading.Thread(target=self._warm_up, name="index-warm-up", daemon=True).start()
+        self.deps.seen_events.start()  # lease heartbeat
         if self._socket is not None:
             self._socket.connect()
         self._server.start()
@@ -148,10 +175,23 @@ class SlackBot:
     def wait(self) -> None:
         self._stopped.wait()
 
-    def stop(self, drain_s: float = 10.0) -> None:
-        """Stop taking requests and fleet jobs, let running work finish (up to `drain_s`), hand back the
-        fleet jobs still running, then close."""
+    def end_drain_delay(self) -> None:
+        """Close the listener now instead of at the end of the drain delay (tests; a second signal)."""
+        self._listen_while_draining.set()
+
+    def stop(self, drain_s: float | None = None, delay_s: float | None = None) -> int:
+        """Drain in order (issue 28): `/readyz` answers 503 at once while requests are still taken for
+        `delay_s` (load balancers and Kubernetes stop sending); then the listener and Socket Mode close and
+        the fleet worker stops claiming; running and queued answers get `drain_s`; every delivery still
+        unanswered is handed back (its lease released: the next delivery is taken by another replica at
+        once), fleet jobs still running go back to the queue; then close. Returns how many deliveries were
+        handed back (their work, if still running, must not go on: `vllm-doctor serve` then exits at once)."""
+        drain_s = self.settings.drain_s if drain_s is None else drain_s
+        delay_s = self.settings.drain_delay_s if delay_s is None else delay_s
         self._draining = True
+        log.info("draining: /readyz answers 503; closing the listener in %.1f s", delay_s)
+        if delay_s > 0:
+            self._listen_while_draining.wait(delay_s)
         if self._socket is not None:
             self._socket.close()
         self._server.close()
@@ -161,6 +201,11 @@ class SlackBot:
                 log.info("handed %d host checks back to the fleet queue", handed_back)
         if self.kb_sync is not None:
             self.kb_sync.stop()
-        self.deps.workers.wait_idle(timeout=drain_s)
-        self.deps.workers.shutdown(wait=False)
+        if not self.deps.workers.wait_idle(timeout=drain_s):
+            log.warning("%d answers still running or queued after %.0f s of draining", self.deps.workers.pending,
+                        drain_s)
+        self.deps.workers.shutdown(wait=False)  # queued jobs are cancelled: their deliveries are handed back
+        self.deps.seen_events.stop()
+        handed = self.deps.seen_events.hand_back()
         self._stopped.set()
+        return handed

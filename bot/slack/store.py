@@ -4,12 +4,14 @@ file, VLLM_DOCTOR_SLACK_STATE_DB, or the PostgreSQL server of VLLM_DOCTOR_DATABA
     answers        the minimum the buttons on an answer need (case, verdict, evidence, where it lives)
     feedback       who pressed "Fixed it" / "Didn't help" on which answer (shown on the Home tab)
     thread_hosts   the last host diagnosis of each thread, whose facts later explanations there use
-    claims         Slack deliveries (event ids, slash-command triggers) already taken by some replica
+    claims         Slack deliveries (event ids, slash-command triggers): which replica works on each, under a
+                   lease (`expires`, renewed by a heartbeat), and whether it was answered (`state`)
 
 One short transaction per write, so worker threads and other replicas never step on each other. Rows
 older than the retention (and beyond MAX_ROWS per table) are pruned at start and every PRUNE_EVERY
 writes. A failing write or read is logged and treated as "not remembered": bookkeeping never costs
-anyone an answer (a failing claim counts as "first time": an answer twice beats no answer).
+anyone an answer. Claims are the exception: `take` raises StorageError, and bot/slack/seen_events.py
+decides what a delivery does while the database is unreachable (answer it once from this replica's view).
 """
 
 from __future__ import annotations
@@ -19,7 +21,9 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from bot.errors import ConfigError
 from bot.slack.recent import AnswerRecord, Feedback
@@ -77,7 +81,29 @@ CREATE INDEX IF NOT EXISTS claims_by_age ON claims (created)
     Migration(3, "thread hosts: the versions the checks found (bot/versions.py)", """
 ALTER TABLE thread_hosts ADD COLUMN versions TEXT NOT NULL DEFAULT '{}'
 """),
+    Migration(4, "claims are leases: expiry, state, attempts, the placeholder the answer goes into", """
+ALTER TABLE claims ADD COLUMN state TEXT NOT NULL DEFAULT 'done';
+ALTER TABLE claims ADD COLUMN expires REAL NOT NULL DEFAULT 0;
+ALTER TABLE claims ADD COLUMN attempts INTEGER NOT NULL DEFAULT 1;
+ALTER TABLE claims ADD COLUMN channel TEXT;
+ALTER TABLE claims ADD COLUMN message_ts TEXT
+"""),
 ]
+
+ClaimOutcome = Literal["new", "retaken", "done", "busy"]
+CLAIM_TIMEOUT_S = 1.0  # a claim is on the ack path (Slack wants the ack within 3 s)
+
+
+@dataclass(frozen=True)
+class Lease:
+    """What `take` found: `new` (first delivery), `retaken` (the last holder's lease ran out or was handed
+    back: its placeholder, if it posted one, is where the answer goes), `done` (answered already), `busy`
+    (another replica holds a live lease)."""
+
+    outcome: ClaimOutcome
+    attempts: int = 1
+    channel: str | None = None
+    message_ts: str | None = None
 
 Statements = list[tuple[str, Sequence[object]]]
 _UPSERT_FEEDBACK = ("INSERT INTO feedback (answer_id, user_id, value) {source} "
@@ -143,17 +169,65 @@ class SlackStateDB:
         except StorageError as exc:
             log.warning("could not prune %s: %s", self.path, exc)
 
-    # --- exactly-once deliveries ----------------------------------------------------------------------------
-    def claim(self, key: str, owner: str) -> bool:
-        """True for exactly one caller per key across all replicas sharing the database (the unique key
-        decides; no read-then-write race). A database error answers True: an answer twice beats none."""
+    # --- deliveries: leases --------------------------------------------------------------------------------
+    def take(self, key: str, owner: str, lease_s: float, timeout: float = CLAIM_TIMEOUT_S) -> Lease:
+        """Claim a delivery for `lease_s` seconds: exactly one caller per key gets it while its lease runs
+        (one statement: the unique key and the conditional upsert decide, no read-then-write race); an
+        unfinished claim whose lease ran out is taken over. Raises StorageError."""
+        now = self._clock()
+        with self.db.write(timeout=timeout) as conn:
+            row = conn.execute(
+                "INSERT INTO claims (claim_key, owner, created, state, expires, attempts) "
+                "VALUES (?, ?, ?, 'working', ?, 1) ON CONFLICT (claim_key) DO UPDATE SET owner = excluded.owner, "
+                "expires = excluded.expires, attempts = claims.attempts + 1 "
+                "WHERE claims.state = 'working' AND claims.expires <= ? "
+                "RETURNING attempts, channel, message_ts",
+                (key, owner, now, now + lease_s, now),
+            ).fetchone()
+            if row is None:
+                held = conn.execute("SELECT state, owner FROM claims WHERE claim_key = ?", (key,)).fetchone()
+        if row is not None:
+            attempts = int(row["attempts"])
+            return Lease("new" if attempts == 1 else "retaken", attempts, row["channel"], row["message_ts"])
+        if held is None or held["state"] == "done" or held["owner"] == owner:
+            return Lease("done")
+        return Lease("busy")
+
+    def renew(self, keys: Sequence[str], owner: str, lease_s: float) -> int:
+        """Extend this replica's leases (the heartbeat); returns how many it still held. Raises StorageError."""
+        if not keys:
+            return 0
+        marks = ",".join("?" * len(keys))
+        with self.db.write(timeout=CLAIM_TIMEOUT_S) as conn:
+            cur = conn.execute(f"UPDATE claims SET expires = ? WHERE owner = ? AND state = 'working' "
+                               f"AND claim_key IN ({marks})", (self._clock() + lease_s, owner, *keys))
+            return int(cur.rowcount)
+
+    def finish(self, key: str, owner: str) -> bool:
+        """The delivery was answered: no replica takes it again. Raises StorageError."""
+        with self.db.write(timeout=CLAIM_TIMEOUT_S) as conn:
+            cur = conn.execute("UPDATE claims SET state = 'done' WHERE claim_key = ? AND owner = ?", (key, owner))
+            return cur.rowcount == 1
+
+    def release(self, key: str, owner: str) -> bool:
+        """Hand an unfinished delivery back (shutdown): the next delivery of it is taken at once. Raises
+        StorageError."""
+        with self.db.write(timeout=CLAIM_TIMEOUT_S) as conn:
+            cur = conn.execute("UPDATE claims SET expires = 0 WHERE claim_key = ? AND owner = ? AND state = 'working'",
+                               (key, owner))
+            return cur.rowcount == 1
+
+    def note_placeholder(self, key: str, owner: str, channel: str, message_ts: str) -> bool:
+        """Where this delivery's answer is being written: a replica that takes it over edits that message."""
+        return self._write(f"placeholder of {key}", [(
+            "UPDATE claims SET channel = ?, message_ts = ? WHERE claim_key = ? AND owner = ?",
+            (channel, message_ts, key, owner),
+        )])
+
+    def claim(self, key: str, owner: str, lease_s: float = 3600.0) -> bool:
+        """True when this caller got the delivery (new or taken over). A database error answers True."""
         try:
-            with self.db.write() as conn:
-                cur = conn.execute(
-                    "INSERT INTO claims (claim_key, owner, created) VALUES (?, ?, ?) ON CONFLICT (claim_key) DO NOTHING",
-                    (key, owner, self._clock()),
-                )
-                return cur.rowcount == 1
+            return self.take(key, owner, lease_s).outcome in ("new", "retaken")
         except StorageError as exc:
             log.warning("could not claim %s in %s (answering anyway): %s", key, self.path, exc)
             return True

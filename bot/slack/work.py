@@ -13,14 +13,14 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
-from bot.ops.logs import ContextExecutor
+from bot.slack.delivery import TrackingExecutor
 
 log = logging.getLogger(__name__)
 
 
 class Workers:
     def __init__(self, max_workers: int = 4) -> None:
-        self._pool = ContextExecutor(max_workers=max_workers, thread_name_prefix="doctor-worker")  # keeps request ids
+        self._pool = TrackingExecutor(max_workers=max_workers, thread_name_prefix="doctor-worker")  # ids, deliveries
         self._pending = 0
         self._idle = threading.Condition()
 

@@ -86,18 +86,20 @@ class Database(ABC):
     label: str  # for messages: a file path or the server without its password
 
     @abstractmethod
-    def read(self) -> AbstractContextManager[Connection]: ...
+    def read(self, timeout: float | None = None) -> AbstractContextManager[Connection]:
+        """`timeout`: seconds to wait for a connection (a server backend; None: its default). The hot
+        path of a Slack delivery passes a short one: an ack must not wait for a database that is down."""
 
     @abstractmethod
-    def write(self) -> AbstractContextManager[Connection]: ...
+    def write(self, timeout: float | None = None) -> AbstractContextManager[Connection]: ...
 
     @abstractmethod
     def migration_lock(self) -> AbstractContextManager[Connection]:
         """A write transaction that also holds the database-wide migration lock."""
 
     @abstractmethod
-    def ping(self) -> None:
-        """Raise StorageError when the database cannot answer a trivial query."""
+    def ping(self, timeout: float | None = None) -> None:
+        """Raise StorageError when the database cannot answer a trivial query (within `timeout`)."""
 
     @abstractmethod
     def close(self) -> None: ...
@@ -172,14 +174,14 @@ class SQLiteDatabase(Database):
         return conn
 
     @contextmanager
-    def read(self) -> Iterator[Connection]:
+    def read(self, timeout: float | None = None) -> Iterator[Connection]:
         try:
             yield _SQLiteConnection(self._conn())
         except sqlite3.Error as exc:
             raise StorageError(f"{self.path}: {exc}") from exc
 
     @contextmanager
-    def write(self) -> Iterator[Connection]:
+    def write(self, timeout: float | None = None) -> Iterator[Connection]:  # a local file: the busy timeout rules
         if self.read_only:
             raise ConfigError(f"the {self.what} {self.path} is read-only; nothing can be saved"
                               + (f" (setting {self.setting})" if self.setting else ""))
@@ -198,7 +200,7 @@ class SQLiteDatabase(Database):
     def migration_lock(self) -> AbstractContextManager[Connection]:
         return self.write()  # BEGIN IMMEDIATE is already exclusive for writers of this file
 
-    def ping(self) -> None:
+    def ping(self, timeout: float | None = None) -> None:
         with self.read() as conn:
             conn.execute("SELECT 1").fetchone()
 

@@ -1,9 +1,18 @@
 """The PostgreSQL backend (the only psycopg import): a connection pool shared by every store of the
-process, `?` placeholders rewritten to psycopg's `%s`, SQLite-flavoured DDL rewritten for PostgreSQL."""
+process, `?` placeholders rewritten to psycopg's `%s`, SQLite-flavoured DDL rewritten for PostgreSQL.
+
+Outages (issue 28): a pooled connection is checked before use (`ConnectionPool.check_connection`: after
+a server restart the dead ones are dropped, not handed out); a new connection gives up after
+CONNECT_TIMEOUT_S; the pool stops its own reconnect backoff after RECONNECT_TIMEOUT_S, so the next caller
+after the server is back connects at once (psycopg_pool would otherwise wait up to 2^n seconds). Once a
+connection could not be had, every caller waits at most DOWN_TIMEOUT_S for one until a statement
+succeeds again: while the server is down nothing blocks for long, and `/readyz` answers 503 fast."""
 
 from __future__ import annotations
 
+import logging
 import re
+import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -15,8 +24,14 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from bot.errors import ConfigError
 from bot.storage.database import Backend, Cursor, Database, Params, StorageError, shown_target
 
+log = logging.getLogger(__name__)
+
 POOL_MAX = 10
-CONNECT_TIMEOUT_S = 10
+CONNECT_TIMEOUT_S = 2  # a new connection (libpq connect_timeout: whole seconds, at least 2)
+POOL_TIMEOUT_S = 5.0  # waiting for a pooled connection while the server is healthy
+DOWN_TIMEOUT_S = 0.3  # … and once it was found unreachable, until a statement succeeds again
+RECONNECT_TIMEOUT_S = 2.0  # the pool's own background reconnect gives up after this; the next caller retries
+START_TIMEOUT_S = 10
 MIGRATION_LOCK_KEY = 0x766C6C6D  # any constant; one advisory lock for all schema changes
 
 
@@ -72,33 +87,64 @@ class PostgresDatabase(Database):
     def __init__(self, url: str) -> None:
         self.url = url
         self.label = redacted_url(url)
+        self._reachable = True
+        self._state_lock = threading.Lock()
         self.pool: ConnectionPool[psycopg.Connection[PgRow]] = ConnectionPool(
-            url, min_size=1, max_size=POOL_MAX, open=False, timeout=CONNECT_TIMEOUT_S, name="vllm-doctor",
+            url, min_size=1, max_size=POOL_MAX, open=False, timeout=POOL_TIMEOUT_S, name="vllm-doctor",
             kwargs={"autocommit": True, "row_factory": _row_factory, "connect_timeout": CONNECT_TIMEOUT_S},
+            check=ConnectionPool.check_connection, reconnect_timeout=RECONNECT_TIMEOUT_S,
         )
         try:
-            psycopg.connect(url, connect_timeout=CONNECT_TIMEOUT_S).close()  # fails fast, unlike the pool
-            self.pool.open(wait=True, timeout=CONNECT_TIMEOUT_S)
+            psycopg.connect(url, connect_timeout=START_TIMEOUT_S).close()  # fails fast, unlike the pool
+            self.pool.open(wait=True, timeout=START_TIMEOUT_S)
         except (PoolTimeout, psycopg.Error) as exc:
             self.pool.close()
             reason = redacted_url(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
             raise ConfigError(f"cannot reach the database {self.label} (VLLM_DOCTOR_DATABASE_URL): {reason}") from exc
 
-    @contextmanager
-    def read(self) -> Iterator[_PgConnection]:
-        try:
-            with self.pool.connection() as conn:
-                yield _PgConnection(conn)
-        except (PoolTimeout, psycopg.Error) as exc:
-            raise StorageError(f"{self.label}: {str(exc).strip().splitlines()[0]}") from exc
+    @property
+    def reachable(self) -> bool:
+        """False from a failed connection until the next statement that succeeds."""
+        return self._reachable
+
+    def _timeout(self, asked: float | None) -> float:
+        limit = POOL_TIMEOUT_S if asked is None else asked
+        return limit if self._reachable else min(limit, DOWN_TIMEOUT_S)
+
+    def _failed(self, exc: Exception) -> StorageError:
+        lost = isinstance(exc, PoolTimeout | psycopg.OperationalError | psycopg.InterfaceError)
+        if lost:
+            with self._state_lock:
+                was, self._reachable = self._reachable, False
+            if was:
+                log.warning("the database %s is unreachable; waiting at most %.1f s for it per call until it "
+                            "answers again", self.label, DOWN_TIMEOUT_S)
+        text = str(exc).strip()
+        return StorageError(f"{self.label}: {text.splitlines()[0] if text else type(exc).__name__}")
+
+    def _succeeded(self) -> None:
+        if not self._reachable:
+            with self._state_lock:
+                self._reachable = True
+            log.warning("the database %s answers again", self.label)
 
     @contextmanager
-    def write(self) -> Iterator[_PgConnection]:
+    def read(self, timeout: float | None = None) -> Iterator[_PgConnection]:
         try:
-            with self.pool.connection() as conn, conn.transaction():
+            with self.pool.connection(timeout=self._timeout(timeout)) as conn:
                 yield _PgConnection(conn)
         except (PoolTimeout, psycopg.Error) as exc:
-            raise StorageError(f"{self.label}: {str(exc).strip().splitlines()[0]}") from exc
+            raise self._failed(exc) from exc
+        self._succeeded()
+
+    @contextmanager
+    def write(self, timeout: float | None = None) -> Iterator[_PgConnection]:
+        try:
+            with self.pool.connection(timeout=self._timeout(timeout)) as conn, conn.transaction():
+                yield _PgConnection(conn)
+        except (PoolTimeout, psycopg.Error) as exc:
+            raise self._failed(exc) from exc
+        self._succeeded()
 
     @contextmanager
     def migration_lock(self) -> Iterator[_PgConnection]:
@@ -106,8 +152,8 @@ class PostgresDatabase(Database):
             conn.execute("SELECT pg_advisory_xact_lock(?)", (MIGRATION_LOCK_KEY,))
             yield conn
 
-    def ping(self) -> None:
-        with self.read() as conn:
+    def ping(self, timeout: float | None = None) -> None:
+        with self.read(timeout) as conn:
             conn.execute("SELECT 1").fetchone()
 
     def close(self) -> None:

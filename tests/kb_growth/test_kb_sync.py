@@ -71,3 +71,22 @@ def test_a_change_outside_the_cases_directory_is_refused(db: Database, tmp_path:
         outside = tmp_path / "elsewhere.yaml"
         outside.write_text("x")
         publish(db, cases, outside, "A")
+
+
+def test_a_failed_write_is_retried_at_the_next_poll_not_lost(db: Database, tmp_path: Path) -> None:
+    """Issue 28: the version advanced before the file was written, so one failed write lost the change on
+    that replica until a restart. Now the version moves only once every file is on disk."""
+    dir_a, dir_b = (tmp_path / n / "cases" for n in "ab")
+    (dir_a / "server").mkdir(parents=True)
+    dir_b.mkdir(parents=True)
+    written = dir_a / "server" / "widget-oom.yaml"
+    written.write_text(CASE, encoding="utf-8")
+    publish(db, dir_a, written, "A")
+    sync_b = KBSync(db, dir_b, Engine(), "B")
+    (dir_b / "server").write_text("a file where the directory should be", encoding="utf-8")
+    with pytest.raises(OSError):
+        sync_b.poll_once()
+    assert sync_b.version == 0
+    (dir_b / "server").unlink()
+    assert sync_b.poll_once() == 1
+    assert (dir_b / "server" / "widget-oom.yaml").read_text(encoding="utf-8") == CASE

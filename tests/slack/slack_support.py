@@ -37,6 +37,7 @@ def bot_settings(fake: FakeSlack, base: Any, **overrides: Any) -> Any:
         "http_host": "127.0.0.1",
         "http_port": 0,
         "vllm_base_url": None,
+        "drain_delay_s": 0.0,  # no load balancer in front of a test bot
     }
     if "slack_state_db" not in overrides:
         values["slack_state_db"] = Path(tempfile.mkdtemp(prefix="slack-state-")) / "state.sqlite3"

@@ -79,4 +79,8 @@ def test_compose_pins_vllm_and_waits_for_it() -> None:
     assert int(vllm["healthcheck"]["start_period"].rstrip("s")) >= 300
     assert any("huggingface" in v for v in vllm["volumes"])
     assert bot["depends_on"]["vllm"]["condition"] == "service_healthy"
+    # issue 28: with the replicas profile the bot waits for a healthy database; without it, for nothing
+    assert bot["depends_on"]["postgres"] == {"condition": "service_healthy", "required": False}
+    assert compose["services"]["bot-2"]["depends_on"]["postgres"]["condition"] == "service_healthy"
+    assert "healthcheck" in compose["services"]["postgres"]
     assert bot["environment"]["VLLM_BASE_URL"] == "http://vllm:8000/v1"
