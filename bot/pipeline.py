@@ -44,6 +44,7 @@ from bot.models import (
 from bot.ops import metrics
 from bot.paste import Paste, decode_input
 from bot.question import QuestionMatcher, looks_like_question
+from bot.root import find_root
 from bot.settings import Settings, get_settings
 from bot.versions import known_versions
 from kb.loader import DEFAULT_CASES_DIR, KnowledgeBase, case_files, load_kb
@@ -265,6 +266,7 @@ class Pipeline:
             also_noticed=ranking.also_noticed,
             facts=facts,
             notes=ranking.notes,
+            root=find_root(distilled, facts, ranking.verdict, ranking.matches),  # bot/root.py
         )
 
     # -- explain: diagnosis → explanation (LLM when configured, KB-only otherwise) --------------------
