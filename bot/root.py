@@ -201,7 +201,7 @@ def _missing(distilled: Distilled, candidates: list[tuple[int, RootKind, LogLine
         return "truncated"
     if candidates:
         return "wrappers_only"
-    if any(ln.level == "warning" for ln in (*distilled.cleaned, *distilled.root_errors)):
+    if distilled.quiet_only or any(ln.level == "warning" for ln in (*distilled.cleaned, *distilled.evidence)):
         return "warnings_only"
     return "no_error"
 
