@@ -140,6 +140,11 @@ _TEXT: dict[str, dict[Language, str]] = {
     "draft.expired": {"en": "That answer has expired; paste the log again to draft a report.",
                       "zh": "这条回答已过期；请重新粘贴日志再起草报告。"},
     # Slack answer (bot/slack/reply/answer.py); mrkdwn markup stays in the builders
+    "slack.head.uncovered": {"en": "No known case covers this failure", "zh": "没有已知故障案例覆盖这个问题"},
+    "slack.draft_pointer": {"en": "A bug-report draft from this log: the *Draft a vLLM issue* button below (nothing is sent).",
+                            "zh": "根据这段日志生成问题报告草稿：点击下方的 *起草 vLLM issue* 按钮（不会发送到任何地方）。"},
+    "slack.root": {"en": "The error to fix", "zh": "需要修复的错误"},
+    "slack.root_checks": {"en": "Run the {component} checks on a host", "zh": "在主机上运行 {component} 检查"},
     "slack.head.match": {"en": "Likely cause: {title}", "zh": "最可能的原因：{title}"},
     "slack.head.uncertain": {"en": "Possible cause (not certain): {title}", "zh": "可能的原因（不确定）：{title}"},
     "slack.head.unknown": {"en": "No confident match in the knowledge base", "zh": "知识库中没有可靠的匹配"},

@@ -99,7 +99,7 @@ def uncovered_lines(d: Any, doctor: Any, lang: Language, color: bool = False) ->
         flags = " ".join(f"--check {c}" for c in steps.checks)
         out.append(t("unknown.checks", lang))
         out.append(_c(f"     $ vllm-doctor diagnose HOST {flags}", "cyan", color))
-        out.append(_c(f"     /vllm-diagnose HOST {flags}", "cyan", color))
+        out.append(_c(f"     /vllm-diagnose HOST {' '.join(steps.checks)}", "cyan", color))
     affecting = cases_affecting(getattr(getattr(doctor, "kb", None), "cases", ()), d.facts, component)
     if affecting:
         out.append(t("unknown.versions", lang, cases=", ".join(affecting[:5])))
