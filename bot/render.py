@@ -30,6 +30,25 @@ def _title(m: Any, lang: Language) -> str:
     return (m.title_zh or m.title) if lang == "zh" else m.title
 
 
+def _area(area: str, lang: Language) -> str:
+    return t(f"area.{area}", lang) if lang == "zh" and f"area.{area}" in _AREAS else area
+
+
+_AREAS = frozenset(f"area.{a}" for a in ("cuda", "distributed", "hardware", "install", "memory", "model",
+                                         "performance", "serving"))
+
+
+def _rule_says(why: str, case: Any, lang: Language) -> str:
+    """A fact rule's line in Chinese when the case has it (the ranker quotes the English `says`)."""
+    if lang != "zh" or not why.startswith("fact rule:"):
+        return why
+    says = why[len("fact rule:"):].strip()
+    for rule in getattr(case, "rules", None) or ():
+        if rule.says == says and getattr(rule, "says_zh", ""):
+            return f"fact rule: {rule.says_zh}"
+    return why
+
+
 def why_label(why: str, lang: Language, verbose: bool = False) -> str | None:
     """An evidence line's reason in the answer's language; None when it is matching vocabulary (shown with -v)."""
     if why.startswith("earlier root error"):
@@ -40,6 +59,13 @@ def why_label(why: str, lang: Language, verbose: bool = False) -> str | None:
         if why.startswith(prefix):
             return f"{t(key, lang)}: {why[len(prefix):].strip()}"
     return why
+
+
+def _case(doctor: Any, case_id: str) -> Any:
+    try:
+        return doctor.case(case_id)
+    except (KeyError, AssertionError):
+        return None
 
 
 def shown_scores(matches: Any) -> list[float]:
@@ -161,11 +187,12 @@ def render_text(
         out.append("")
         out.append(
             _c(f"{rank}. {m.case_id}", "bold", color)
-            + f" — {_title(m, lang)}  [{m.area}, {t('label.score', lang)} {s:.2f}{sig}]"
+            + f" — {_title(m, lang)}  [{_area(m.area, lang)}, {t('label.score', lang)} {s:.2f}{sig}]"
         )
+        case = _case(doctor, m.case_id)
         for e in m.evidence:
             out.append(_c(f"     L{e.line_no}: ", "dim", color) + e.text.strip()[:200])
-            why = why_label(e.why, lang, verbose)
+            why = why_label(_rule_says(e.why, case, lang), lang, verbose)
             if why:
                 out.append(_c(f"           ({why})", "dim", color))
         for note in m.notes:
