@@ -8,6 +8,7 @@ A case's Chinese fields may be empty (cases filed from Slack or the CLI): the En
 from __future__ import annotations
 
 import re
+from functools import cache
 from typing import Any, Literal
 
 Language = Literal["en", "zh"]
@@ -51,7 +52,7 @@ _TEXT: dict[str, dict[Language, str]] = {
                           "zh": "不确定 — 可能是已知故障，请核对证据"},
     "verdict.unknown": {"en": "UNKNOWN — no confident match in the knowledge base",
                         "zh": "未知 — 知识库中没有可靠的匹配"},
-    "verdict.question.match": {"en": "MATCH — a known topic", "zh": "匹配 — 已知问题"},
+    "verdict.question.match": {"en": "MATCH — a known topic", "zh": "匹配 — 已知故障"},
     "verdict.question.uncertain": {"en": "UNCERTAIN — several cases fit your question, see the candidates",
                                    "zh": "不确定 — 有几个案例都可能相关，请看候选"},
     "verdict.question.unknown": {"en": "UNKNOWN — no case in the knowledge base fits this question",
@@ -142,6 +143,11 @@ _TEXT: dict[str, dict[Language, str]] = {
     "draft.expired": {"en": "That answer has expired; paste the log again to draft a report.",
                       "zh": "这条回答已过期；请重新粘贴日志再起草报告。"},
     # Slack answer (bot/slack/reply/answer.py); mrkdwn markup stays in the builders
+    "slack.head.uncovered": {"en": "No known case covers this failure", "zh": "没有已知故障案例覆盖这个问题"},
+    "slack.draft_pointer": {"en": "A bug-report draft from this log: the *Draft a vLLM issue* button below (nothing is sent).",
+                            "zh": "根据这段日志生成问题报告草稿：点击下方的 *起草 vLLM issue* 按钮（不会发送到任何地方）。"},
+    "slack.root": {"en": "The error to fix", "zh": "需要修复的错误"},
+    "slack.root_checks": {"en": "Run the {component} checks on a host", "zh": "在主机上运行 {component} 检查"},
     "slack.head.match": {"en": "Likely cause: {title}", "zh": "最可能的原因：{title}"},
     "slack.head.uncertain": {"en": "Possible cause (not certain): {title}", "zh": "可能的原因（不确定）：{title}"},
     "slack.head.unknown": {"en": "No confident match in the knowledge base", "zh": "知识库中没有可靠的匹配"},
@@ -395,6 +401,59 @@ _TEXT: dict[str, dict[Language, str]] = {
     "host.summary": {"en": "{hosts} host(s), {summary}{extra} in {secs:.1f} s",
                      "zh": "{hosts} 台主机，{summary}{extra}，用时 {secs:.1f} 秒"},
     "host.count": {"en": "{n} {verdict}", "zh": "{n} 项{verdict}"},
+    # the root line and the answer when no case covers a log (bot/root.py, bot/render.py, Slack)
+    "root.lead": {"en": "The error to fix — L{line}: {text}", "zh": "需要修复的错误 — 第 {line} 行：{text}"},
+    "root.component": {"en": "component: {component} ({title})", "zh": "所属部分：{component}（{title}）"},
+    "root.kind.case": {"en": "the line the matched case rests on", "zh": "匹配案例所依据的行"},
+    "root.kind.exception": {"en": "the earliest exception under the wrapper lines", "zh": "包装行之下最早的异常行"},
+    "root.kind.notice": {"en": "the start-up line that states the cause", "zh": "启动日志中说明原因的行"},
+    "root.kind.fact": {"en": "the memory profile line that states the cause", "zh": "显存分析中说明原因的行"},
+    "root.kind.error": {"en": "the earliest error line", "zh": "最早的报错行"},
+    "root.kind.wrapper": {"en": "only a wrapper line states the failure; the error it wraps is not in the paste",
+                          "zh": "只有包装行说明了故障；它所包装的原始错误不在粘贴内容中"},
+    "root.why": {"en": "chosen: {kind}", "zh": "选择依据：{kind}"},
+    "root.cut": {"en": "… [{n} more characters]", "zh": "……［另有 {n} 个字符］"},
+    "root.other": {"en": "a second failure follows — L{line}: {text} ({component}); the first one is answered",
+                   "zh": "之后还有第二处故障 — 第 {line} 行：{text}（{component}）；这里回答的是第一处"},
+    "root.missing.truncated": {"en": "No line states the error to fix: the paste ends inside a traceback before its "
+                                     "exception line. Paste the lines that follow.",
+                               "zh": "没有哪一行说明了需要修复的错误：粘贴内容在 traceback 的异常行之前就结束了。请把后面的几行也贴上来。"},
+    "root.missing.warnings_only": {"en": "No line states the error to fix: the paste holds only INFO and WARNING "
+                                         "lines. Paste the lines where the process failed.",
+                                   "zh": "没有哪一行说明了需要修复的错误：粘贴内容只有 INFO 和 WARNING 行。请贴出进程出错的那几行。"},
+    "root.missing.no_error": {"en": "No line states the error to fix: the paste has no error line. Paste the lines "
+                                    "where the process failed.",
+                              "zh": "没有哪一行说明了需要修复的错误：粘贴内容中没有报错行。请贴出进程出错的那几行。"},
+    "root.missing.wrappers_only": {"en": "No line states the error to fix: only wrapper lines, and the paste is cut "
+                                         "inside a traceback. Paste the lines before and after them.",
+                                   "zh": "没有哪一行说明了需要修复的错误：只有包装行，而且粘贴内容在 traceback 中断开。请把前后的几行也贴上来。"},
+    "unknown.none_covers": {"en": "No known case covers this failure.", "zh": "没有已知故障案例覆盖这个问题。"},
+    "unknown.possibly": {"en": "Possibly related cases (not established by the log; do not apply their fixes as they are):",
+                         "zh": "可能相关的案例（日志并不能证实；请勿直接套用它们的解决步骤）："},
+    "unknown.triage": {"en": "What to check first — {title}:", "zh": "首先检查 — {title}："},
+    "unknown.checks": {"en": "Host checks worth running:", "zh": "值得运行的主机检查："},
+    "unknown.versions": {"en": "Known cases whose affected versions include this log's: {cases}",
+                         "zh": "受影响版本包含本日志版本的已知故障：{cases}"},
+    "unknown.search": {"en": "Search for: {phrase}", "zh": "搜索关键词：{phrase}"},
+    "unknown.draft": {"en": "A bug-report draft (nothing is sent): `vllm-doctor report-draft LOGFILE`",
+                      "zh": "生成问题报告草稿（不会发送到任何地方）：`vllm-doctor report-draft 日志文件`"},
+    "label.setup": {"en": "What the log says about your setup:", "zh": "日志中关于部署环境的信息："},
+    "label.also_noticed": {"en": "Also noticed (not the cause of this failure):", "zh": "另外注意到（不是这次故障的原因）："},
+    "label.model_reading": {"en": "The model's reading, not a known case", "zh": "模型的解读（不是已知故障案例）"},
+    "area.cuda": {"en": "cuda", "zh": "CUDA"},
+    "area.distributed": {"en": "distributed", "zh": "分布式"},
+    "area.hardware": {"en": "hardware", "zh": "硬件"},
+    "area.install": {"en": "install", "zh": "安装"},
+    "area.memory": {"en": "memory", "zh": "显存"},
+    "area.model": {"en": "model", "zh": "模型"},
+    "area.performance": {"en": "performance", "zh": "性能"},
+    "area.serving": {"en": "serving", "zh": "服务"},
+    "why.signature": {"en": "signature", "zh": "特征匹配"},
+    "why.fact_rule": {"en": "fact rule", "zh": "事实规则"},
+    "why.fact": {"en": "fact", "zh": "日志事实"},
+    "why.earlier_root": {"en": "earlier root error: diagnose this line", "zh": "更早的根本报错：请诊断这一行"},
+    "why.frame": {"en": "frame", "zh": "调用栈"},
+    "why.similar": {"en": "similar wording", "zh": "表述相近"},
     "host.not_checked": {"en": ", {n} host(s) not checked", "zh": "，{n} 台主机未检查"},
     "host.drift": {"en": "drift", "zh": "变化"},
     "host.differs": {"en": "differs", "zh": "差异"},
@@ -414,6 +473,57 @@ def t(key: str, lang: Language, **values: Any) -> str:
     forms = _TEXT[key]
     text = forms.get(lang) or forms["en"]
     return text.format(**values) if values else text
+
+
+# Notes the ranker words in the paste's language (bot/match.py, bot/versions.py); the answer's language may be
+# another one (--lang, a Slack locale): the presentation words them again from the same template.
+_NOTE_KEYS = ("note.truncated", "note.truncated_answered", "note.two_failures", "note.consequence",
+              "note.consequence_unseen", "version.upgrade", "version.already_fixed", "version.inside",
+              "version.outside")
+_WHERE_KEYS = ("version.where_host", "version.where_log")
+
+
+@cache
+def _template_re(key: str, lang: Language) -> re.Pattern[str]:
+    parts = re.split(r"\{(\w+)(?::[^}]*)?\}", _TEXT[key][lang])
+    body = "".join(re.escape(p) if i % 2 == 0 else f"(?P<{p}>.+?)" for i, p in enumerate(parts))
+    return re.compile(f"^{body}$", re.S)
+
+
+def _reword(text: str, keys: tuple[str, ...], lang: Language) -> str | None:
+    for key in keys:
+        for source in LANGUAGES:
+            found = _template_re(key, source).match(text)
+            if found is None:
+                continue
+            values = found.groupdict()
+            if "where" in values:
+                values["where"] = _reword(values["where"], _WHERE_KEYS, lang) or values["where"]
+            return t(key, lang, **values)
+    return None
+
+
+def localize_note(note: str, lang: Language) -> str:
+    """A ranking or version note in the answer's language (unchanged when it is no known template)."""
+    return _reword(note, _NOTE_KEYS, lang) or note
+
+
+# Chinese labels of the facts a log states (bot/facts.py FACT_LABELS has the English ones).
+FACT_LABELS_ZH: dict[str, str] = {
+    "vllm_version": "vLLM 版本", "torch_version": "torch 版本", "cuda_version": "CUDA 版本",
+    "driver_version": "NVIDIA 驱动版本", "python_version": "Python 版本", "gpu_name": "GPU 型号",
+    "compute_capability": "计算能力", "gpu_count": "可见 GPU 数", "total_gpu_memory_gib": "GPU 显存（GiB）",
+    "model": "模型", "dtype": "数据类型", "quantization": "量化方式", "kv_cache_dtype": "KV 缓存数据类型",
+    "max_model_len": "最大上下文长度", "tensor_parallel_size": "张量并行规模", "pipeline_parallel_size": "流水线并行规模",
+    "gpu_memory_utilization": "显存使用比例", "enforce_eager": "强制 eager 模式", "block_size": "块大小",
+    "num_attention_heads": "注意力头数", "weights_gib": "权重（GiB）", "activation_peak_gib": "激活峰值（GiB）",
+    "non_torch_gib": "非 torch 显存（GiB）", "kv_cache_gib": "KV 缓存（GiB）", "kv_cache_tokens": "KV 缓存（token 数）",
+    "gpu_blocks": "GPU 块数", "cpu_blocks": "CPU 块数", "max_concurrency": "最大并发（倍）",
+}
+
+
+def fact_label(name: str, english: str, lang: Language) -> str:
+    return FACT_LABELS_ZH.get(name, english) if lang == "zh" else english
 
 
 def case_title(case: Any, lang: Language) -> str:
@@ -448,7 +558,9 @@ __all__ = [
     "case_title",
     "chinese_share",
     "has_chinese_text",
+    "fact_label",
     "is_language",
+    "localize_note",
     "step_text",
     "t",
 ]

@@ -43,6 +43,7 @@ from bot.models import (
 )
 from bot.ops import metrics
 from bot.paste import Paste, decode_input
+from bot.root import find_root
 from bot.settings import Settings, get_settings, require_cases_dir
 from bot.versions import known_versions
 from kb.loader import DEFAULT_CASES_DIR, KnowledgeBase, case_files, load_kb
@@ -276,6 +277,7 @@ class Pipeline:
             also_noticed=ranking.also_noticed,
             facts=facts,
             notes=ranking.notes,
+            root=find_root(distilled, facts, ranking.verdict, ranking.matches),  # bot/root.py
         )
 
     # -- explain: diagnosis → explanation (LLM when configured, KB-only otherwise) --------------------

@@ -1,13 +1,25 @@
-"""Diagnosis → terminal text (the CLI's human output), in the answer's language. Pure; golden-tested."""
+"""Diagnosis → terminal text (the CLI's human output), in the answer's language. Pure; golden-tested.
+
+A log's answer leads with its root line (bot/root.py). When the log establishes a case, the case's cause and
+fix follow; when it does not (`unknown`, or an `uncertain` whose top case rests on shared words only), the
+candidates are listed as "possibly related", one line each, and the answer is built from the root line: the
+component's triage steps, the host checks worth running, a search phrase, a pointer to the report draft.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from bot.facts import fact_lines
-from bot.i18n import Language, case_cause, case_title, step_text, t
+from bot.facts import FACT_LABELS
+from bot.i18n import Language, case_cause, case_title, fact_label, localize_note, step_text, t
+from bot.root import cases_affecting, classify, established, read_root, search_phrase, triage
 
 _COLORS = {"match": "32", "uncertain": "33", "unknown": "31", "dim": "2", "bold": "1", "cyan": "36"}
+ROOT_SHOWN_CHARS = 300  # a longer root line is cut in text (the JSON keeps it whole)
+# Evidence labels of the matcher ("signature: …") in the answer's language; matching vocabulary only with -v.
+_WHY_KEYS = (("signature:", "why.signature"), ("fact rule:", "why.fact_rule"), ("fact:", "why.fact"),
+             ("frame:", "why.frame"))
+_VOCABULARY = ("shared terms:", "question terms:", "via glossary:", "问题中的词", "词表对应")
 
 
 def _c(text: str, code: str, color: bool) -> str:
@@ -18,41 +30,173 @@ def _title(m: Any, lang: Language) -> str:
     return (m.title_zh or m.title) if lang == "zh" else m.title
 
 
+def _area(area: str, lang: Language) -> str:
+    return t(f"area.{area}", lang) if lang == "zh" and f"area.{area}" in _AREAS else area
+
+
+_AREAS = frozenset(f"area.{a}" for a in ("cuda", "distributed", "hardware", "install", "memory", "model",
+                                         "performance", "serving"))
+
+
+def _rule_says(why: str, case: Any, lang: Language) -> str:
+    """A fact rule's line in Chinese when the case has it (the ranker quotes the English `says`)."""
+    if lang != "zh" or not why.startswith("fact rule:"):
+        return why
+    says = why[len("fact rule:"):].strip()
+    for rule in getattr(case, "rules", None) or ():
+        if rule.says == says and getattr(rule, "says_zh", ""):
+            return f"fact rule: {rule.says_zh}"
+    return why
+
+
+def why_label(why: str, lang: Language, verbose: bool = False) -> str | None:
+    """An evidence line's reason in the answer's language; None when it is matching vocabulary (shown with -v)."""
+    if why.startswith("earlier root error"):
+        return t("why.earlier_root", lang)
+    if any(why.startswith(v) for v in _VOCABULARY) or why in ("similar wording", "表述相近"):
+        return why if verbose else None
+    for prefix, key in _WHY_KEYS:
+        if why.startswith(prefix):
+            return f"{t(key, lang)}: {why[len(prefix):].strip()}"
+    return why
+
+
+def _case(doctor: Any, case_id: str) -> Any:
+    try:
+        return doctor.case(case_id)
+    except (KeyError, AssertionError):
+        return None
+
+
+def shown_scores(matches: Any) -> list[float]:
+    """Scores as shown: never higher than the one above (the order is the answer's order)."""
+    out: list[float] = []
+    for m in matches:
+        out.append(min(m.score, out[-1]) if out else m.score)
+    return out
+
+
+def cut(text: str, lang: Language, limit: int = ROOT_SHOWN_CHARS) -> str:
+    text = text.strip()
+    return text if len(text) <= limit else text[:limit] + " " + t("root.cut", lang, n=len(text) - limit)
+
+
+def root_lines(d: Any, lang: Language) -> list[str]:
+    """The lead: the error to fix, its component and why that line; or why no line states one."""
+    reading = read_root(d.distilled, d.facts, d.verdict, d.matches)
+    root = d.root if getattr(d, "root", None) is not None else reading.root
+    if root is None:
+        return [t(f"root.missing.{reading.missing or 'no_error'}", lang)]
+    title = triage(root.component)
+    out = [t("root.lead", lang, line=root.line, text=cut(root.text, lang)),
+           "  " + t("root.component", lang, component=root.component,
+                    title=title.title_zh if lang == "zh" else title.title)]
+    if reading.kind is not None:
+        out.append("  " + t("root.why", lang, kind=t(f"root.kind.{reading.kind}", lang)))
+    for other in reading.others:
+        out.append("  " + t("root.other", lang, line=other.line_no, text=cut(other.text, lang, 160),
+                            component=classify(other.text)))
+    return out
+
+
+def answer_root(d: Any) -> Any:
+    """The diagnosis's root (set by the pipeline), or read now for a diagnosis made elsewhere."""
+    root = getattr(d, "root", None)
+    return root if root is not None else read_root(d.distilled, d.facts, d.verdict, d.matches).root
+
+
+def uncovered_lines(d: Any, doctor: Any, lang: Language, color: bool = False) -> list[str]:
+    """The answer when no case covers the log: candidates as possibly related, then what to do from the root."""
+    out: list[str] = ["", t("unknown.none_covers", lang)]
+    if d.matches:
+        out.append(t("unknown.possibly", lang))
+        for m, score in zip(d.matches[:3], shown_scores(d.matches[:3]), strict=True):
+            out.append(f"  - {m.case_id} — {_title(m, lang)}  [{t('label.score', lang)} {score:.2f}]")
+    root = answer_root(d)
+    component = root.component if root is not None else "other"
+    steps = triage(component)
+    out.append("")
+    out.append(_c(t("unknown.triage", lang, title=steps.title_zh if lang == "zh" else steps.title), "bold", color))
+    for i, step in enumerate(steps.steps, 1):
+        out.append(f"  {i}. {step.text_zh if lang == 'zh' else step.text}")
+        if step.command:
+            out.append(_c(f"     $ {step.command}", "cyan", color))
+    if steps.checks:
+        flags = " ".join(f"--check {c}" for c in steps.checks)
+        out.append(t("unknown.checks", lang))
+        out.append(_c(f"     $ vllm-doctor diagnose HOST {flags}", "cyan", color))
+        out.append(_c(f"     /vllm-diagnose HOST {' '.join(steps.checks)}", "cyan", color))
+    affecting = cases_affecting(getattr(getattr(doctor, "kb", None), "cases", ()), d.facts, component)
+    if affecting:
+        out.append(t("unknown.versions", lang, cases=", ".join(affecting[:5])))
+    if root is not None:
+        phrase = search_phrase(root.text)
+        if phrase:
+            out.append(t("unknown.search", lang, phrase=f'"{phrase}"'))
+    out.append(t("unknown.draft", lang))
+    return out
+
+
+def fact_text(facts: Any, lang: Language) -> list[str]:
+    if facts is None:
+        return []
+    known = facts.known()
+    out = []
+    for name, label in FACT_LABELS.items():
+        if name in known:
+            value = known[name]
+            shown = f"{value:g}" if isinstance(value, float) else str(value)
+            out.append(f"{fact_label(name, label, lang)}: {shown}")
+    return out
+
+
 def render_text(
-    diagnosis: Any, doctor: Any, explanation: Any = None, color: bool = False, lang: Language = "en"
+    diagnosis: Any, doctor: Any, explanation: Any = None, color: bool = False, lang: Language = "en",
+    verbose: bool = False,
 ) -> str:
     d = diagnosis
     question = getattr(d, "kind", "log") == "question"
     out: list[str] = []
     best = d.best
-    score = f" ({best.score:.2f})" if best else ""
+    solid = question or established(d.verdict, d.matches, answer_root(d))
+    # the verdict's words stand alone unless a case is established: a number beside "uncertain" reads as a score
+    score = f" ({best.score:.2f})" if best and d.verdict == "match" else ""
     verdict = t(f"verdict.question.{d.verdict}" if question else f"verdict.{d.verdict}", lang)
     out.append(_c(f"{t('label.verdict', lang)}: {verdict}{score}", d.verdict, color))
+    if not question:
+        out.extend(root_lines(d, lang))
     for note in (*d.distilled.notes, *d.notes):
-        out.append(_c(f"{t('label.note', lang)}: {note}", "dim", color))
-    if not d.matches:
-        out.append(t("text.no_case_question" if question else "text.no_case", lang))
-    if d.verdict == "unknown":
+        out.append(_c(f"{t('label.note', lang)}: {localize_note(note, lang)}", "dim", color))
+    if not d.matches and question:
+        out.append(t("text.no_case_question", lang))
+    elif not d.matches:
+        out.append(t("text.no_case", lang))
+    shown: tuple = ()
+    if question and d.verdict == "unknown":
         if d.matches:
             out.append("")
             out.append(t("text.nearest", lang))
-            for m in d.matches[:3]:
-                out.append(f"  - {m.case_id} — {_title(m, lang)}  [{t('label.score', lang)} {m.score:.2f}]")
-        shown: tuple = ()
+            for m, s in zip(d.matches[:3], shown_scores(d.matches[:3]), strict=True):
+                out.append(f"  - {m.case_id} — {_title(m, lang)}  [{t('label.score', lang)} {s:.2f}]")
+    elif not solid:
+        out.extend(uncovered_lines(d, doctor, lang, color))
     else:
         shown = d.matches if d.verdict != "match" else d.matches[:3]
-    for rank, m in enumerate(shown, 1):
+    for rank, (m, s) in enumerate(zip(shown, shown_scores(shown), strict=True), 1):
         sig = f", {t('label.signature', lang)}" if m.signature_hit else ""
         out.append("")
         out.append(
             _c(f"{rank}. {m.case_id}", "bold", color)
-            + f" — {_title(m, lang)}  [{m.area}, {t('label.score', lang)} {m.score:.2f}{sig}]"
+            + f" — {_title(m, lang)}  [{_area(m.area, lang)}, {t('label.score', lang)} {s:.2f}{sig}]"
         )
+        case = _case(doctor, m.case_id)
         for e in m.evidence:
             out.append(_c(f"     L{e.line_no}: ", "dim", color) + e.text.strip()[:200])
-            out.append(_c(f"           ({e.why})", "dim", color))
+            why = why_label(_rule_says(e.why, case, lang), lang, verbose)
+            if why:
+                out.append(_c(f"           ({why})", "dim", color))
         for note in m.notes:
-            out.append(_c(f"   note: {note}", "bold", color))
+            out.append(_c(f"   {t('label.note', lang)}: {localize_note(note, lang)}", "bold", color))
         if rank == 1 and d.verdict != "unknown":
             case = doctor.case(m.case_id)
             if lang == "zh" and not case.cause_zh:
@@ -66,14 +210,14 @@ def render_text(
     also = getattr(d, "also_noticed", ())
     if also:
         out.append("")
-        out.append("Also noticed (not the cause of this failure):")
+        out.append(t("label.also_noticed", lang))
         for m in also:
             line = f" (L{m.evidence[0].line_no})" if m.evidence else ""
-            out.append(f"  - {m.case_id} — {m.title}{line}")
-    facts = fact_lines(getattr(d, "facts", None))
+            out.append(f"  - {m.case_id} — {_title(m, lang)}{line}")
+    facts = fact_text(getattr(d, "facts", None), lang)
     if facts:
         out.append("")
-        out.append(_c("What the log says about your setup:", "bold", color))
+        out.append(_c(t("label.setup", lang), "bold", color))
         for line in facts:
             out.append(f"  {line}")
     if d.verdict == "unknown":
@@ -82,7 +226,10 @@ def render_text(
         out.append(t("text.add_case_how", lang))
     if explanation is not None:
         out.append("")
-        header = t("label.explanation_llm" if explanation.source == "llm" else "label.explanation_kb", lang)
+        if explanation.source == "llm" and explanation.case_id == "none":
+            header = t("label.model_reading", lang)
+        else:
+            header = t("label.explanation_llm" if explanation.source == "llm" else "label.explanation_kb", lang)
         out.append(_c(header, "bold", color))
         out.append(explanation.summary)
         if explanation.why:
@@ -90,7 +237,7 @@ def render_text(
         for i, step in enumerate(explanation.fix_steps, 1):
             out.append(f"  {i}. {step}")
         if explanation.note:
-            out.append(_c(f"{t('label.note', lang)}: {explanation.note}", "dim", color))
+            out.append(_c(f"{t('label.note', lang)}: {localize_note(explanation.note, lang)}", "dim", color))
     out.append("")
     if question:
         out.append(_c(t("text.question_footer", lang, ms=d.elapsed_ms), "dim", color))
@@ -100,4 +247,5 @@ def render_text(
     return "\n".join(out)
 
 
-__all__ = ["render_text", "case_title"]
+__all__ = ["answer_root", "case_title", "cut", "fact_text", "render_text", "root_lines", "shown_scores",
+           "uncovered_lines", "why_label"]

@@ -80,9 +80,16 @@ class Glossary:
         """Every form of every entry that occurs in `text`, longest forms first."""
         hits: list[TermHit] = []
         lowered = text.lower()
+        spans = [(m.start(), m.start() + len(form)) for e in self.entries for form in e.zh if len(form) > 1
+                 for m in re.finditer(re.escape(form.lower()), lowered)]
         for entry, en_res in zip(self.entries, self._en_res, strict=True):
             for form in entry.zh:
-                if form.lower() in lowered:
+                if len(form) == 1:
+                    # one character (卡) counts only where no longer form holds it: 卡住 is "stuck", not a GPU
+                    at = [m.start() for m in re.finditer(re.escape(form.lower()), lowered)]
+                    if at and any(not any(a <= i < b for a, b in spans) for i in at):
+                        hits.append(TermHit(form, "zh", tuple(entry.en)))
+                elif form.lower() in lowered:
                     hits.append(TermHit(form, "zh", tuple(entry.en)))
             for form, pattern in zip(entry.en, en_res, strict=True):
                 if pattern.search(text):

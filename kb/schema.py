@@ -82,6 +82,7 @@ class FactRule(_Strict):
 
     when: str = Field(min_length=3, description="e.g. gpu_blocks * block_size < max_model_len")
     says: str = Field(min_length=5, description="one line for the evidence, e.g. the KV cache is too small")
+    says_zh: str = Field(default="", description="the same line in Chinese (shown to a Chinese asker)")
 
     @field_validator("when")
     @classmethod

@@ -26,7 +26,7 @@ def _diagnosis(verdict: str, score: float) -> Diagnosis:
     line = LogLine(7, "ValueError: No available memory for the cache blocks.", "root")
     match = Match(
         "kv-cache-no-memory", "No GPU memory left for the KV cache", "启动时没有剩余显存分配 KV 缓存", "memory", score,
-        signature_hit=verdict == "match",
+        signature_hit=verdict != "unknown",
         evidence=(Evidence(7, line.text, "signature: No available memory for the cache blocks"),),
     )
     distilled = Distilled((line,), (line,), "q", total_lines=40, total_bytes=2000)
@@ -49,11 +49,17 @@ def test_match_shows_case_evidence_cause_and_numbered_fix_with_commands() -> Non
     assert "\x1b[" not in text
 
 
-def test_unknown_shows_nearest_cases_only_as_reference() -> None:
+def test_unknown_shows_nearest_cases_only_as_possibly_related_and_leads_with_the_root_line() -> None:
     text = render_text(_diagnosis("unknown", 0.3), _Doctor())
-    assert "Nearest cases (weak similarity, for reference only):" in text
-    assert "Fix:" not in text and "Cause:" not in text
-    assert "vllm-doctor kb add" in text
+    lines = text.splitlines()
+    assert lines[1] == "The error to fix — L7: ValueError: No available memory for the cache blocks."
+    assert "  - kv-cache-no-memory — No GPU memory left for the KV cache  [score 0.30]" in lines
+    assert lines[lines.index("  - kv-cache-no-memory — No GPU memory left for the KV cache  [score 0.30]") - 1].startswith(
+        "Possibly related cases (not established")
+    assert "Fix:" not in text and "Cause:" not in text and "--gpu-memory-utilization 0.95" not in text
+    assert "What to check first — GPU memory:" in lines
+    assert 'Search for: "ValueError: No available memory for the cache blocks."' in lines
+    assert "vllm-doctor kb add" in text and "report-draft" in text
 
 
 def test_colour_only_when_asked() -> None:

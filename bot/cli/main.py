@@ -100,11 +100,18 @@ def facts_to_json(d: Any) -> dict[str, Any]:
     return {name: {"value": value, "line": facts.sources.get(name)} for name, value in known.items()}
 
 
+def root_to_json(d: Any) -> dict[str, Any] | None:
+    """The line to fix and its component (bot/root.py), or None when no line states the cause."""
+    root = getattr(d, "root", None)
+    return None if root is None else {"line": root.line, "text": root.text, "component": root.component}
+
+
 def diagnosis_to_json(d: Any, explanation: Any = None, language: str | None = None) -> dict[str, Any]:
     """language: the answer's language (--lang, the setting, else the paste's); defaults to the paste's."""
     return {
         "verdict": d.verdict,
         "kind": getattr(d, "kind", "log"),
+        "root": root_to_json(d),
         "matches": [match_to_json(m) for m in d.matches],
         "evidence": [{"line": e.line_no, "text": e.text, "kind": e.kind} for e in d.distilled.evidence],
         "language": language or d.distilled.language,
@@ -185,12 +192,13 @@ def _batch_answer(pipeline: Any, n: int, raw: bytes | object, max_bytes: int = 0
             raise ValueError('missing string field "log"')
         d = pipeline.match(log)
         return {"id": item_id, "verdict": d.verdict, "matches": [match_to_json(m, full=False) for m in d.matches],
-                "facts": facts_to_json(d)}  # added key; the documented ones are unchanged
+                "facts": facts_to_json(d), "root": root_to_json(d)}  # added keys; the documented ones are unchanged
     except (ValueError, UserInputError) as exc:  # json.JSONDecodeError is a ValueError
-        return {"id": item_id, "verdict": "unknown", "matches": [], "error": f"line {n}: {exc}"}
+        return {"id": item_id, "verdict": "unknown", "matches": [], "root": None, "error": f"line {n}: {exc}"}
     except Exception:  # noqa: BLE001 - one bad record must not cost the others their answers
         logging.getLogger(__name__).exception("batch line %d failed", n)
-        return {"id": item_id, "verdict": "unknown", "matches": [], "error": f"line {n}: internal error (see stderr)"}
+        return {"id": item_id, "verdict": "unknown", "matches": [], "root": None,
+                "error": f"line {n}: internal error (see stderr)"}
 
 
 def _run_jsonl(args: argparse.Namespace) -> int:
@@ -243,7 +251,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
     else:
         from bot.render import render_text
 
-        print(render_text(diagnosis, pipeline, explanation, color=_want_color(), lang=lang))
+        print(render_text(diagnosis, pipeline, explanation, color=_want_color(), lang=lang,
+                          verbose=bool(getattr(args, "verbose", False))))
     if args.plot:
         _plot_log_memory(diagnosis, Path(args.plot))
     return 0

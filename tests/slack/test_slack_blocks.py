@@ -127,7 +127,13 @@ def test_no_confident_match_is_honest_golden() -> None:
     message = blocks.answer(make_diagnosis("unknown"), answer_id="a1b2c3")
     assert_valid(message.blocks)
     text = json.dumps(message.blocks)
-    assert "No confident match" in text and "Nearest known cases" in text and "Add as a KB case" in text
+    assert "No known case covers this failure" in text and "Possibly related cases" in text
+    assert "Add as a KB case" in text and "What to check first" in text
+    ids = [b.get("block_id") for b in message.blocks]
+    assert ids.index("root") < ids.index("possibly_related") < ids.index("triage")
+    checks = next(b for b in message.blocks if b.get("block_id") == "root_checks")["elements"][0]
+    assert checks["action_id"] == "run_host_diagnostics" and checks["value"].startswith("a1b2c3 checks:")
+    assert "Fix*" not in text  # a weak candidate's fix is never shown as if it applied
     check_golden("answer_unknown", message.blocks)
 
 

@@ -12,9 +12,10 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from bot.facts import fact_lines
-from bot.i18n import Language, as_language, case_cause, step_text, t
-from bot.models import Diagnosis, Match
+from bot.i18n import Language, as_language, case_cause, localize_note, step_text, t
+from bot.models import Component, Diagnosis, Match
+from bot.render import answer_root, fact_text, shown_scores
+from bot.root import established, read_root, search_phrase, triage
 from bot.slack.reply.kit import (
     ACTION_ADD_KB_CASE,
     ACTION_DRAFT_ISSUE,
@@ -98,8 +99,13 @@ def answer(
     blocks: list[dict[str, Any]] = []
     cut = False
 
+    root = None if question else answer_root(diagnosis)
+    uncovered = not question and best is not None and not established(diagnosis.verdict, diagnosis.matches, root)
     # 1. verdict
-    if diagnosis.verdict == "unknown" or best is None:
+    if uncovered:
+        head = f"{_VERDICT_EMOJI_HEAD['unknown']} *{t('slack.head.uncovered', lang)}*"
+        fallback = t("slack.head.uncovered", lang)
+    elif diagnosis.verdict == "unknown" or best is None:
         key = "slack.head.question.unknown" if question else "slack.head.unknown"
         head = f"{_VERDICT_EMOJI_HEAD['unknown']} *{t(key, lang)}*"
         fallback = t(key, lang)
@@ -113,10 +119,12 @@ def answer(
                       pct=_percent(best.score))
         head += f"\n{case_line}"
     for note in diagnosis.notes[:2]:  # e.g. the paste ends inside a traceback
-        head += f"\n:warning: {escape_limited(note, 300)[0]}"
+        head += f"\n:warning: {escape_limited(localize_note(note, lang), 300)[0]}"
     if asker:
         head = f"{user_mention(asker)} {head}"
     blocks.append(_section(head, "verdict"))
+    if not question:  # the line to fix leads (bot/root.py)
+        blocks.append(_section(_root_text(diagnosis, root, lang), "root"))
 
     # 2. evidence
     distilled = diagnosis.distilled
@@ -134,7 +142,9 @@ def answer(
         blocks.append(_section(f"*{t('slack.evidence', lang)}* ({lines_note})\n{code}", "evidence"))
 
     # 3. why / explanation
-    if diagnosis.verdict == "unknown" or best is None:
+    if uncovered or (not question and best is None):
+        blocks.extend(_uncovered_blocks(diagnosis, root, answer_id, lang))
+    elif diagnosis.verdict == "unknown" or best is None:
         nearest = [m for m in diagnosis.matches[:3]]
         if nearest:
             items = [
@@ -154,12 +164,14 @@ def answer(
             fix_text, fix_cut = _fix_text(steps, lang)
             cut |= fix_cut
             blocks.append(_section(fix_text, "fix"))
-        notes = [escape_limited(n, 300)[0] for n in best.notes]
+        notes = [escape_limited(localize_note(n, lang), 300)[0] for n in best.notes]
         if notes:
             blocks.append(_context([f":pushpin: {n}" for n in notes[:3]], "case_notes"))
         others = [m for m in diagnosis.matches[1:4]]
         if others:
-            also = " · ".join(f"{escape_limited(_title(m, language), 120)[0]} ({_percent(m.score)})" for m in others)
+            scores = shown_scores(diagnosis.matches[:4])[1:]  # never above the one before: the order is the answer's
+            also = " · ".join(f"{escape_limited(_title(m, language), 120)[0]} ({_percent(s)})"
+                              for m, s in zip(others, scores, strict=True))
             label = t("slack.candidates" if question and diagnosis.verdict == "uncertain" else "slack.also", lang)
             blocks.append(_context([f"{label}: {also}"], "others"))
     if diagnosis.also_noticed:
@@ -167,7 +179,7 @@ def answer(
             f"{escape_limited(_title(m, language), 120)[0]} ({inline_code(m.case_id, 80)})" for m in diagnosis.also_noticed
         )
         blocks.append(_context([f"{t('slack.also_noticed', lang)}: {noticed}"], "noticed"))
-    setup = fact_lines(diagnosis.facts)
+    setup = fact_text(diagnosis.facts, lang)
     if setup:
         body, setup_cut = _bounded_join(
             [f"*{t('slack.setup', lang)}*", *(f"• {escape_limited(f, 200)[0]}" for f in setup)],
@@ -190,6 +202,51 @@ def answer(
     blocks.append(answer_actions(answer_id, lang))
 
     return Message(text=plain_limited(escape(fallback), FALLBACK_TEXT_MAX), blocks=blocks, cut=cut)
+
+
+def _root_text(diagnosis: Diagnosis, root: Any, lang: Language) -> str:
+    """The root line and its component, or why no line states the error to fix."""
+    if root is None:
+        reading = read_root(diagnosis.distilled, diagnosis.facts, diagnosis.verdict, diagnosis.matches)
+        key = f"root.missing.{reading.missing or 'no_error'}"
+        return f":warning: {escape(t(key, lang))}"
+    steps = triage(root.component)
+    title = steps.title_zh if lang == "zh" else steps.title
+    line, _ = code_block(root.text, 1200)
+    component = t("root.component", lang, component=root.component, title=title)
+    return f":dart: *{t('slack.root', lang)}* — L{root.line}\n{line}\n{escape(component)}"
+
+
+def _uncovered_blocks(diagnosis: Diagnosis, root: Any, answer_id: str, lang: Language) -> list[dict[str, Any]]:
+    """No case established: candidates as possibly related (one line each), the component's triage steps,
+    a search phrase, and a button that runs the component's host checks through the host picker."""
+    blocks: list[dict[str, Any]] = []
+    if diagnosis.matches:
+        items = [f"• {escape_limited(_title(m, lang), 200)[0]} ({inline_code(m.case_id, 120)}, {_percent(s)})"
+                 for m, s in zip(diagnosis.matches[:3], shown_scores(diagnosis.matches[:3]), strict=True)]
+        body, _ = _bounded_join([f"*{escape(t('unknown.possibly', lang))}*", *items], SECTION_TEXT_MAX, "…")
+        blocks.append(_section(body, "possibly_related"))
+    component: Component = root.component if root is not None else "other"
+    steps = triage(component)
+    title = steps.title_zh if lang == "zh" else steps.title
+    fix_text, _ = _fix_text([(s.text_zh if lang == "zh" else s.text, s.command) for s in steps.steps], lang)
+    head = f"*{escape(t('unknown.triage', lang, title=title))}*"
+    body, _ = _bounded_join([head, fix_text.split("\n", 1)[1] if "\n" in fix_text else fix_text],
+                            SECTION_TEXT_MAX, "…")
+    blocks.append(_section(body, "triage"))
+    extra = []
+    if root is not None and (phrase := search_phrase(root.text)):
+        extra.append(t("unknown.search", lang, phrase=inline_code(phrase, 200)))
+    extra.append(t("slack.draft_pointer", lang))
+    blocks.append(_context(extra, "uncovered_more"))
+    if diagnosis.verdict == "unknown":
+        blocks.append(_section(t("slack.invite", lang), "invite"))
+    if steps.checks:
+        label = f":desktop_computer: {t('slack.root_checks', lang, component=component)}"
+        value = f"{answer_id} checks:{','.join(steps.checks)}"
+        blocks.append({"type": "actions", "block_id": "root_checks",
+                       "elements": [_button(label, ACTION_RUN_DIAGNOSTICS, value)]})
+    return blocks
 
 
 def _why_text(

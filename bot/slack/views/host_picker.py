@@ -35,6 +35,7 @@ def host_picker_submitted(deps: SlackDeps) -> Callable[..., None]:
             return
         ack()
         where = Where(channel=channel, user=user, thread_ts=meta.get("thread_ts"))
-        start_host_diagnosis(deps, client, where, words[0], words[1:])
+        checks = [str(c) for c in meta.get("checks") or [] if isinstance(c, str)]  # the answer's component checks
+        start_host_diagnosis(deps, client, where, words[0], words[1:] or checks)
 
     return on_host_picker

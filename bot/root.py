@@ -1,0 +1,276 @@
+"""The root line of a log and the component it blames (issue 25): what a person reads first.
+
+The root line is the earliest line that states the error to fix: the exception under wrapper lines
+("Engine core initialization failed. See root cause above", "WorkerProc failed to start", EngineDeadError, a
+bare "Killed" only when nothing better exists), or an INFO/WARNING line where that is where the cause is
+stated ("# GPU blocks: 0", a negative KV cache reservation, Ray's "/dev/shm has only … bytes"). Its component
+comes from the matched case when the verdict is `match`, else from deterministic rules over the line
+(kb/triage/components.yaml). A paste that states no cause (cut before its exception, or only warnings) has no
+root; `missing_reason` says why. Pure functions over bot/models values; the pipeline sets Diagnosis.root.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
+from bot.models import Component, Distilled, LogFacts, LogLine, Match, Root, Verdict
+from bot.versions import known_versions
+from kb.triage import ComponentMap, Triage, default_component_map, default_triage
+
+# What kind of line the root is, and so why it was chosen (the answer says it).
+RootKind = Literal["case", "exception", "notice", "error", "wrapper", "fact"]
+# Why a paste has no root line.
+MissingReason = Literal["truncated", "warnings_only", "no_error", "wrappers_only"]
+
+_FRAME_TEXT = re.compile(r'File "[^"]+", line \d+|^\s*\^[\^~\s]*$')
+_SKIP = re.compile(
+    r"Traceback \(most recent call last\)|^The above exception was the direct cause|"
+    r"^During handling of the above exception|\[[\w.]+:\d+\]\s*$|^\s*$|CUDA kernel errors might be asynchronously|"
+    r"CUDA_LAUNCH_BLOCKING|TORCH_USE_CUDA_DSA|For debugging consider passing"
+)
+# An exception named with its message anywhere in the line ("… ERROR … ValueError: x", "OSError: [Errno 116] …")
+_EXCEPTION = re.compile(
+    r"(?:^|[^\w.])(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Failure|Fault)(?::\s*\S|\s*$)|"
+    r"CUDA error|CUBLAS_STATUS|cudaError|NCCL WARN|NCCL error|nccl\w*Error|\bXid\b|Bus error|Segmentation fault|"
+    r"Fatal Python error|\[Errno \d+\]|out of memory|Illegal instruction|undefined symbol|"
+    r"cannot open shared object file|^error: "
+)
+_KILLED = re.compile(r"^\s*(?:\S+\s+)?Killed\s*$")
+_QUIET = ("info", "debug")
+# Dynamic parts left out of a search phrase: paths, URLs, addresses, hex, numbers, quoted values holding them.
+_SEARCH_DROP = (
+    re.compile(r"https?://\S+"),
+    re.compile(r"'[^']*[/\\][^']*'|\"[^\"]*[/\\][^\"]*\""),
+    re.compile(r"(?:[A-Za-z]:)?(?:[\\/][\w.@+~-]+){2,}[\\/]?"),
+    re.compile(r"\b0x[0-9a-fA-F]+\b|\b[0-9a-f]{8,}\b"),
+    re.compile(r"\b\d{1,3}(?:\.\d{1,3}){3}(?::\d+)?\b"),
+    re.compile(r"(?<![A-Za-z])[-+]?\d[\d.,_]*(?:\s?(?:GiB|MiB|KiB|GB|MB|KB|B|bytes|%|ms|s))?\b"),
+)
+_SEARCH_KEEP_ERRNO = re.compile(r"\[Errno (\d+)\]")
+SEARCH_MAX_CHARS = 120
+
+
+@dataclass(frozen=True)
+class RootReading:
+    """The root (or None), what kind of line it is, why none was found, and other independent failures."""
+
+    root: Root | None
+    kind: RootKind | None = None
+    missing: MissingReason | None = None
+    others: tuple[LogLine, ...] = ()  # later error lines of another component (a second failure)
+
+
+def _compiled(cmap: ComponentMap) -> tuple[list[tuple[Component, re.Pattern[str]]], re.Pattern[str], re.Pattern[str]]:
+    rules = [(r.component, re.compile(r.pattern)) for r in cmap.rules]
+    wrappers = re.compile("|".join(f"(?:{w})" for w in cmap.wrappers) or r"(?!)")
+    notices = re.compile("|".join(f"(?:{n})" for n in cmap.cause_notices) or r"(?!)")
+    return rules, wrappers, notices
+
+
+_RULES, _WRAPPERS, _NOTICES = _compiled(default_component_map())
+
+
+def classify(text: str) -> Component:
+    """The component a root line blames: the first rule of kb/triage/components.yaml that matches, else other."""
+    for component, pattern in _RULES:
+        if pattern.search(text):
+            return component
+    return "other"
+
+
+def case_component(case_id: str, area: str) -> Component:
+    """The component of a KB case (components.yaml: per-case exceptions, then its area); other if unmapped."""
+    found = default_component_map().for_case(case_id, area)
+    return found if found is not None else "other"
+
+
+def triage(component: Component) -> Triage:
+    return default_triage()[component]
+
+
+def _tier(line: LogLine) -> tuple[int, RootKind] | None:
+    """Rank of a line as a root candidate (lower is better), or None when it states nothing to fix."""
+    text = line.text.strip()
+    if line.kind == "frame" or _FRAME_TEXT.search(line.text) or _SKIP.search(text):
+        return None
+    if _NOTICES.search(text):
+        return 1, "notice"
+    if line.level in _QUIET:
+        return None
+    if _KILLED.match(text):
+        return 5, "wrapper"
+    if _WRAPPERS.search(text):
+        return 4, "wrapper"
+    if line.level == "warning":
+        return None
+    if _EXCEPTION.search(text):
+        return 2, "exception"
+    if line.kind == "root":
+        return 3, "error"
+    return None
+
+
+def _candidates(distilled: Distilled) -> list[tuple[int, RootKind, LogLine]]:
+    by_line: dict[int, LogLine] = {}
+    for line in (*distilled.cleaned, *distilled.root_errors):
+        by_line.setdefault(line.line_no, line)
+    out = []
+    for line in sorted(by_line.values(), key=lambda ln: ln.line_no):
+        ranked = _tier(line)
+        if ranked is not None:
+            out.append((ranked[0], ranked[1], line))
+    return out
+
+
+def _fact_root(facts: LogFacts | None) -> LogLine | None:
+    """A zero or negative KV cache stated by the memory profile: the line that states the cause."""
+    if facts is None:
+        return None
+    for name, value in (("gpu_blocks", facts.gpu_blocks), ("kv_cache_gib", facts.kv_cache_gib),
+                        ("kv_cache_tokens", facts.kv_cache_tokens)):
+        if value is not None and value <= 0 and name in facts.sources:
+            line_no = facts.sources[name]
+            return LogLine(line_no, facts.quotes.get(line_no, ""), "context", "info")
+    return None
+
+
+def _case_line(best: Match, distilled: Distilled, facts: LogFacts | None) -> LogLine | None:
+    """The line the matched case rests on: its earliest fingerprint on a message line, or its fact line."""
+    by_line = {ln.line_no: ln for ln in (*distilled.cleaned, *distilled.root_errors)}
+    hits = sorted(
+        (e for e in best.evidence if e.why.startswith("signature:") and e.line_no in by_line
+         and by_line[e.line_no].kind != "frame" and not _FRAME_TEXT.search(e.text)),
+        key=lambda e: e.line_no,
+    )
+    if hits:
+        return by_line[hits[0].line_no]
+    facts_ev = [e for e in best.evidence if e.why.startswith("fact:") and e.line_no > 0]
+    if facts_ev:
+        quote = facts.quotes.get(facts_ev[0].line_no, facts_ev[0].text) if facts else facts_ev[0].text
+        return LogLine(facts_ev[0].line_no, quote or facts_ev[0].text, "context")
+    return None
+
+
+def read_root(
+    distilled: Distilled, facts: LogFacts | None, verdict: Verdict, matches: Sequence[Match]
+) -> RootReading:
+    """The root line of a log, its component, and why (see the module doc)."""
+    best = matches[0] if matches else None
+    candidates = _candidates(distilled)
+    if verdict == "match" and best is not None:
+        line = _case_line(best, distilled, facts)
+        if line is not None:
+            component = case_component(best.case_id, best.area)
+            return RootReading(Root(line.line_no, line.text.strip(), component), "case",
+                               others=_others(candidates, line, component))
+    fact_line = _fact_root(facts)
+    chosen: tuple[int, RootKind, LogLine] | None = None
+    if candidates:
+        chosen = min(candidates, key=lambda c: (c[0], c[2].line_no))
+    if fact_line is not None and (chosen is None or chosen[0] >= 3):
+        chosen = (1, "fact", fact_line)
+    if chosen is None or (chosen[0] >= 4 and distilled.truncated):
+        return RootReading(None, missing=_missing(distilled, candidates))
+    tier, kind, line = chosen
+    component = classify(line.text)
+    if component == "other" and best is not None and any(e.line_no == line.line_no for e in best.evidence
+                                                         if e.why.startswith("signature:")):
+        component = case_component(best.case_id, best.area)  # the candidate's fingerprint is on this very line
+    return RootReading(Root(line.line_no, line.text.strip(), component), kind,
+                       others=_others(candidates, line, component))
+
+
+def _others(
+    candidates: list[tuple[int, RootKind, LogLine]], root: LogLine, component: Component
+) -> tuple[LogLine, ...]:
+    """Later exception lines that blame another component: a second, unrelated failure in the same paste."""
+    out = []
+    for tier, _, line in candidates:
+        if tier == 2 and line.line_no > root.line_no and classify(line.text) not in (component, "other"):
+            out.append(line)
+    return tuple(out[:2])
+
+
+def _missing(distilled: Distilled, candidates: list[tuple[int, RootKind, LogLine]]) -> MissingReason:
+    if distilled.truncated:
+        return "truncated"
+    if candidates:
+        return "wrappers_only"
+    if distilled.quiet_only or any(ln.level == "warning" for ln in (*distilled.cleaned, *distilled.evidence)):
+        return "warnings_only"
+    return "no_error"
+
+
+def find_root(
+    distilled: Distilled, facts: LogFacts | None, verdict: Verdict, matches: Sequence[Match]
+) -> Root | None:
+    return read_root(distilled, facts, verdict, matches).root
+
+
+def established(verdict: Verdict, matches: Sequence[Match], root: Root | None) -> bool:
+    """Whether the log establishes the top case: a `match`, or an `uncertain` whose top case rests on a
+    fingerprint or a proven fact rule that blames the root line's component. Otherwise candidates are only
+    "possibly related" and their cause and fix are not shown as if they applied."""
+    if not matches or verdict == "unknown":
+        return False
+    if verdict == "match":
+        return True
+    best = matches[0]
+    if not (best.signature_hit or "fact_rule" in best.scores):
+        return False
+    if root is None:
+        return True
+    on_root = any(e.line_no == root.line for e in best.evidence)
+    return on_root or case_component(best.case_id, best.area) == root.component
+
+
+def cases_affecting(cases: Sequence[Any], facts: LogFacts | None, component: Component | None) -> list[str]:
+    """Ids of the KB cases of `component` whose `affects` range holds a version this log states."""
+    known = known_versions(facts)
+    if not known:
+        return []
+    out = []
+    for case in cases:
+        affects = getattr(case, "affects", None) or {}
+        if component is not None and case_component(case.id, case.area) != component:
+            continue
+        for package, spec in affects.items():
+            version = known.get(package)
+            if version is None:
+                continue
+            try:
+                if SpecifierSet(spec).contains(version.version, prereleases=True):
+                    out.append(case.id)
+                    break
+            except InvalidSpecifier:
+                continue
+    return out
+
+
+def search_phrase(text: str) -> str:
+    """The stable part of a root line for a web or issue search: no paths, numbers, addresses or hex."""
+    errno = _SEARCH_KEEP_ERRNO.search(text)
+    out = _SEARCH_KEEP_ERRNO.sub(" ", text)
+    for pattern in _SEARCH_DROP:
+        out = pattern.sub(" ", out)
+    out = re.sub(r"[:,;]\s*(?=[:,;]|$)", "", out)
+    out = re.sub(r"\(\s*\)|\[\s*\]|''|\"\"", " ", out)
+    out = re.sub(r"\s+", " ", out).strip(" :,;-")
+    if errno:
+        head, sep, tail = out.partition(": ")
+        out = f"{head}: [Errno {errno.group(1)}] {tail}".strip() if sep else f"[Errno {errno.group(1)}] {out}"
+    if len(out) > SEARCH_MAX_CHARS:
+        out = out[:SEARCH_MAX_CHARS].rsplit(" ", 1)[0]
+    return out
+
+
+__all__ = [
+    "MissingReason", "RootKind", "RootReading", "case_component", "cases_affecting", "classify", "established",
+    "find_root", "read_root",
+    "search_phrase", "triage",
+]

@@ -1,0 +1,163 @@
+"""Root line and component (bot/root.py) and the triage data behind them (kb/triage/): no model needed."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from bot.distill import distill
+from bot.facts import read_facts
+from bot.i18n import localize_note, t
+from bot.models import COMPONENTS, Evidence, Match
+from bot.render import shown_scores
+from bot.root import classify, read_root, search_phrase
+from kb.glossary import default_glossary
+from kb.loader import load_kb
+from kb.triage import default_component_map, load_triage, read_only
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _read(text: str, verdict: str = "unknown", matches: tuple[Match, ...] = ()):
+    return read_root(distill(text), read_facts(text), verdict, matches)  # type: ignore[arg-type]
+
+
+WRAPPED = """\
+INFO 03-14 09:12:01 [__init__.py:239] Automatically detected platform cuda.
+ERROR 03-14 09:12:41 [multiproc_executor.py:396] WorkerProc failed to start.
+ERROR 03-14 09:12:41 [multiproc_executor.py:396] Traceback (most recent call last):
+ERROR 03-14 09:12:41 [multiproc_executor.py:396]   File "/x/vllm/worker.py", line 370, in worker_main
+ERROR 03-14 09:12:41 [multiproc_executor.py:396]     worker = WorkerProc(*args, **kwargs)
+ERROR 03-14 09:12:41 [multiproc_executor.py:396] ValueError: The model's max seq len (32768) is larger than the maximum number of tokens that can be stored in KV cache (8000).
+ERROR 03-14 09:12:43 [core.py:396] EngineCore failed to start.
+RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}
+"""
+
+
+def test_the_exception_under_wrapper_lines_is_the_root() -> None:
+    reading = _read(WRAPPED)
+    assert reading.root is not None and reading.kind == "exception"
+    assert reading.root.line == 6 and reading.root.text.startswith("ValueError: The model's max seq len")
+    assert reading.root.component == "gpu-memory"
+
+
+def test_a_bare_killed_is_the_root_only_when_nothing_better_exists() -> None:
+    alone = _read("INFO 01-01 [a.py:1] Loading weights\nKilled\n")
+    assert alone.root is not None and alone.root.text == "Killed" and alone.kind == "wrapper"
+    assert alone.root.component == "host-memory"
+    better = _read("Killed\nOSError: [Errno 28] No space left on device: '/root/.cache/huggingface/x'\n")
+    assert better.root is not None and "No space left" in better.root.text
+
+
+@pytest.mark.parametrize(("text", "component"), [
+    ("INFO 01-01 [gpu_executor.py:122] # GPU blocks: 0, # CPU blocks: 2048\n", "gpu-memory"),
+    ("WARNING 01-01 [ray_utils.py:200] The object store is using /tmp instead of /dev/shm because /dev/shm has only "
+     "67108864 bytes available. This will harm performance!\n", "parallelism"),
+])
+def test_an_info_or_warning_line_that_states_the_cause_is_the_root(text: str, component: str) -> None:
+    reading = _read(text)
+    assert reading.root is not None and reading.root.line == 1 and reading.kind == "notice"
+    assert reading.root.component == component
+
+
+def test_no_root_when_the_paste_is_cut_before_its_exception_or_holds_only_warnings() -> None:
+    cut = _read("Traceback (most recent call last):\n  File \"/x/vllm/engine.py\", line 3, in run\n    self.load()\n"
+                "  File \"/x/vllm/loader.py\", line 9, in load\n    open(path)\n")
+    assert cut.root is None and cut.missing == "truncated"
+    warned = _read("WARNING 03-14 09:12:13 [config.py:1] Casting torch.bfloat16 to torch.float16.\n"
+                   "INFO 03-14 09:12:14 [api.py:2] Started server process\n")
+    assert warned.root is None and warned.missing == "warnings_only"
+    assert "WARNING" in t("root.missing.warnings_only", "en")
+
+
+def test_two_unrelated_failures_answer_the_first_and_name_the_second() -> None:
+    text = ("OSError: [Errno 116] Stale file handle: '/mnt/nfs/m/model-00001-of-00004.safetensors'\n"
+            "INFO 01-01 [x.py:1] retrying\n"
+            "OSError: [Errno 98] Address already in use\n")
+    reading = _read(text)
+    assert reading.root is not None and reading.root.line == 1 and reading.root.component == "model-files"
+    assert [o.line_no for o in reading.others] == [3] and classify(reading.others[0].text) == "serving-api"
+
+
+def test_a_match_takes_its_line_and_component_from_the_case() -> None:
+    m = Match("port-in-use", "Port in use", "端口被占用", "serving", 0.95, True,
+              evidence=(Evidence(3, "OSError: [Errno 98] Address already in use", "signature: Address already in use"),))
+    reading = _read("INFO start\nWARNING x\nOSError: [Errno 98] Address already in use\n", "match", (m,))
+    assert reading.kind == "case" and reading.root is not None
+    assert (reading.root.line, reading.root.component) == (3, "serving-api")
+
+
+def test_a_root_line_longer_than_10_kb_is_kept_whole() -> None:
+    long = "ValueError: bad value " + "x" * 12_000
+    reading = _read(f"INFO start\n{long}\n")
+    assert reading.root is not None and reading.root.text == long
+
+
+@pytest.mark.parametrize(("line", "component"), [
+    ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.", "gpu-memory"),
+    ("RuntimeError: CUDA error: no kernel image is available for execution on the device", "cuda-driver-stack"),
+    ("ImportError: libcudart.so.12: cannot open shared object file: No such file or directory", "cuda-driver-stack"),
+    ("ModuleNotFoundError: No module named 'vllm._version'", "python-packages"),
+    ("OSError: [Errno 116] Stale file handle: '/mnt/nfs/models/m/model-00003-of-00037.safetensors'", "model-files"),
+    ("torch.distributed.DistBackendError: NCCL error in: ../nccl.cpp:1970, unhandled system error", "parallelism"),
+    ("RuntimeError: NVIDIA GPU has fallen off the bus (Xid 79)", "gpu-hardware"),
+    ("OSError: [Errno 98] Address already in use", "serving-api"),
+    ("RuntimeError: vLLM does not support Windows natively", "platform"),
+    ("vllm serve: error: unrecognized arguments: --foo", "engine-config"),
+    ("zzz happened", "other"),
+])
+def test_component_rules(line: str, component: str) -> None:
+    assert classify(line) == component
+
+
+def test_search_phrase_keeps_the_stable_part_of_the_message() -> None:
+    phrase = search_phrase("OSError: [Errno 116] Stale file handle: '/mnt/nfs/models/x/model-00003-of-00037.safetensors'")
+    assert phrase == "OSError: [Errno 116] Stale file handle"
+    phrase = search_phrase("RuntimeError: NCCL error on 10.0.0.12:29500 rank 3, handle 0x7f3a2c001234, 2.50 GiB")
+    assert not re.search(r"\d{2}|0x", phrase) and phrase.startswith("RuntimeError: NCCL error")
+
+
+def test_every_case_has_a_component_and_every_component_a_triage() -> None:
+    kb = load_kb()
+    cmap = default_component_map()
+    unmapped = [c.id for c in kb.cases if cmap.for_case(c.id, c.area) is None]
+    assert not unmapped
+    assert set(cmap.cases) <= {c.id for c in kb.cases}, "a per-case exception names no case"
+    triage = load_triage()
+    assert set(triage) == set(COMPONENTS)
+
+
+def test_triage_is_bilingual_read_only_and_names_real_host_checks() -> None:
+    from bot.runner.catalogue import load_catalogue
+
+    catalogue = load_catalogue()
+    for component, triage in load_triage().items():
+        assert all(c in catalogue.checks for c in triage.checks), component
+        for step in triage.steps:
+            assert re.search(r"[\u4e00-\u9fff]", step.text_zh), step.text
+            assert step.command is None or read_only(step.command)
+    assert not read_only("rm -rf ~/.cache/huggingface") and not read_only("pip install -U vllm")
+    assert not read_only("echo x > /etc/hosts") and read_only("dmesg -T | grep -i xid 2>/dev/null")
+
+
+def test_notes_follow_the_answer_language_not_the_paste() -> None:
+    english = t("note.consequence", "en", line=12)
+    assert localize_note(english, "zh") == t("note.consequence", "zh", line=12)
+    upgrade = t("version.upgrade", "en", package="vllm", fixed="0.6.4", where=t("version.where_log", "en", shown="0.5.3"))
+    assert localize_note(upgrade, "zh") == t("version.upgrade", "zh", package="vllm", fixed="0.6.4",
+                                             where=t("version.where_log", "zh", shown="0.5.3"))
+    assert localize_note("something else", "zh") == "something else"
+
+
+def test_scores_shown_follow_the_order() -> None:
+    ms = [Match(c, c, c, "x", s, False) for c, s in (("a", 0.92), ("b", 1.0), ("c", 0.5))]
+    assert shown_scores(ms) == [0.92, 0.92, 0.5]
+
+
+@pytest.mark.parametrize("phrase", ["多卡推理一直卡住不动", "启动后卡死了", "一直卡着"])
+def test_stuck_never_reads_as_gpu(phrase: str) -> None:
+    found = {h.found: h.other for h in default_glossary().lookup(phrase)}
+    assert not any("GPU" in other for form, other in found.items() if form == "卡")
+    assert "卡" not in found
