@@ -158,12 +158,20 @@ class LogFacts:
     max_concurrency: float | None = None
     num_attention_heads: int | None = None
     kv_cache_tokens: int | None = None  # V1 engine: "GPU KV cache size: 445,888 tokens"
+    # the longest context the KV cache holds, as the error states it ("the estimated maximum model length is
+    # 21440", V0's "… stored in KV cache (23648)")
+    estimated_max_model_len: int | None = None
+    kv_cache_needed_gib: float | None = None  # V1: "(16.00 GiB KV cache is needed, …"
+    port: int | None = None  # --port, non-default args, "Uvicorn running on http://0.0.0.0:8000"
+    launch_command: str | None = None  # the `vllm serve …` / api_server line the log starts with (redacted)
     sources: dict[str, int] = field(default_factory=dict)
     quotes: dict[int, str] = field(default_factory=dict)  # line number → the cleaned line a fact came from
+    # field → the other values the log states for it, with their lines (the first stated one is used)
+    conflicts: dict[str, tuple[tuple[str, int], ...]] = field(default_factory=dict)
 
     def known(self) -> dict[str, str | int | float | bool]:
         """The facts the log states, in field order (for JSON and the answer)."""
-        skip = ("sources", "quotes")
+        skip = ("sources", "quotes", "conflicts")
         return {k: v for k, v in self.__dict__.items() if k not in skip and v is not None}
 
 

@@ -189,7 +189,7 @@ def test_non_default_args_are_data_not_code() -> None:
 
 
 def test_rule_names_labels_and_logfacts_agree() -> None:
-    names = {f.name for f in fields(LogFacts)} - {"sources", "quotes"}
+    names = {f.name for f in fields(LogFacts)} - {"sources", "quotes", "conflicts"}
     assert set(FACTS) == names
     assert set(FACT_LABELS) == names
 
