@@ -103,6 +103,27 @@ class Root:
 
 
 @dataclass(frozen=True)
+class FilledValue:
+    """One placeholder of the fix commands, filled from the log (bot/fix_values.py). `reason` is an i18n key
+    (bot/i18n.py, "fit.*") worded with `params` at the edge; `lines` are the paste lines it was read from."""
+
+    name: str  # a kb.schema.PLACEHOLDERS name, e.g. "max_model_len_fit"
+    value: str
+    reason: str = ""  # "" for a value the log states as it is
+    params: tuple[tuple[str, str], ...] = ()
+    lines: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class FixValues:
+    """The fix commands' placeholders this paste fills, and what could not be filled or disagreed."""
+
+    values: dict[str, FilledValue] = field(default_factory=dict)
+    # (i18n key, params): two values the log states for one setting, a value that does not fit …
+    notes: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()
+
+
+@dataclass(frozen=True)
 class Diagnosis:
     verdict: Verdict
     matches: tuple[Match, ...]  # best first, at most 5
@@ -115,6 +136,7 @@ class Diagnosis:
     notes: tuple[str, ...] = ()  # matcher notes, e.g. "the final error line is missing"
     kind: Literal["log", "question"] = "log"  # question: short text without a log (bot/question.py)
     root: Root | None = None  # the line to fix and its component (bot/root.py); None: no line states a cause
+    fix_values: FixValues | None = None  # the fix commands' placeholders filled from this log (bot/fix_values.py)
 
     @property
     def best(self) -> Match | None:

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypeVar
 from bot.distill import distill, extra_keywords
 from bot.errors import IndexUnavailable, UserInputError
 from bot.facts import read_facts
+from bot.fix_values import fit_values, fitted_case
 from bot.match import Matcher, Mode, Thresholds, signature_literals
 from bot.models import (
     Diagnosis,
@@ -265,6 +266,7 @@ class Pipeline:
             also_noticed=ranking.also_noticed,
             facts=facts,
             notes=ranking.notes,
+            fix_values=fit_values(facts),
         )
 
     # -- explain: diagnosis → explanation (LLM when configured, KB-only otherwise) --------------------
@@ -279,7 +281,9 @@ class Pipeline:
 
     def _top_cases(self, diagnosis: Diagnosis) -> list[Case]:
         by_id = self._kb.by_id()
-        return [by_id[m.case_id] for m in diagnosis.matches[:3] if m.case_id in by_id]
+        # fix commands filled from the log: the LLM's KB context and the KB-only answer quote them
+        values = diagnosis.fix_values
+        return [fitted_case(by_id[m.case_id], values) for m in diagnosis.matches[:3] if m.case_id in by_id]
 
     def explain(
         self,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from bot.facts import fact_lines
+from bot.fix_values import fill, note_lines, step_lines
 from bot.i18n import Language, case_cause, case_title, step_text, t
 
 _COLORS = {"match": "32", "uncertain": "33", "unknown": "31", "dim": "2", "bold": "1", "cyan": "36"}
@@ -12,6 +13,13 @@ _COLORS = {"match": "32", "uncertain": "33", "unknown": "31", "dim": "2", "bold"
 
 def _c(text: str, code: str, color: bool) -> str:
     return f"\x1b[{_COLORS.get(code, code)}m{text}\x1b[0m" if color else text
+
+
+def _command_lines(command: str, values: Any, color: bool, lang: Language) -> list[str]:
+    """A fix command filled from the log (bot/fix_values.py), then the arithmetic of each computed value."""
+    out = [_c(f"        $ {fill(command, values)}", "cyan", color)]
+    out += [_c(f"          {line}", "dim", color) for line in step_lines(command, values, lang)]
+    return out
 
 
 def _title(m: Any, lang: Language) -> str:
@@ -59,10 +67,12 @@ def render_text(
                 out.append("   " + t("text.untranslated", lang))
             out.append(f"   {t('label.cause', lang)}: " + case_cause(case, lang))
             out.append(f"   {t('label.fix', lang)}:")
+            values = getattr(d, "fix_values", None)
+            out += [_c(f"     ! {note}", "dim", color) for note in note_lines(values, lang)]
             for i, step in enumerate(case.fix, 1):
                 out.append(f"     {i}. {step_text(step, lang)}")
                 if step.command:
-                    out.append(_c(f"        $ {step.command}", "cyan", color))
+                    out += _command_lines(step.command, values, color, lang)
     also = getattr(d, "also_noticed", ())
     if also:
         out.append("")

@@ -87,9 +87,23 @@ def facts_to_json(d: Any) -> dict[str, Any]:
     return {name: {"value": value, "line": facts.sources.get(name)} for name, value in known.items()}
 
 
-def diagnosis_to_json(d: Any, explanation: Any = None, language: str | None = None) -> dict[str, Any]:
-    """language: the answer's language (--lang, the setting, else the paste's); defaults to the paste's."""
+def fix_to_json(d: Any, case: Any) -> dict[str, Any]:
+    """The best case's fix steps with their commands filled from the log (bot/fix_values.py), the values
+    and how each computed one was worked out, and notes (two values for one setting, one that cannot fit)."""
+    from bot.fix_values import fill, note_lines, step_lines, to_json
+
+    values = getattr(d, "fix_values", None)
+    steps = [{"text": s.text, "command": fill(s.command, values) if s.command else None,
+              "template": s.command, "how": step_lines(s.command, values)} for s in (case.fix if case else [])]
+    return {"fix": steps, "fix_values": to_json(values), "fix_notes": note_lines(values)}
+
+
+def diagnosis_to_json(d: Any, explanation: Any = None, language: str | None = None,
+                      case: Any = None) -> dict[str, Any]:
+    """language: the answer's language (--lang, the setting, else the paste's); defaults to the paste's.
+    case: the best match's KB case, for its fix steps filled from the log (added keys "fix", "fix_values")."""
     return {
+        **fix_to_json(d, case),
         "verdict": d.verdict,
         "kind": getattr(d, "kind", "log"),
         "matches": [match_to_json(m) for m in d.matches],
@@ -197,7 +211,9 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
     lang = resolve_language(diagnosis, args.lang, pipeline.settings.llm_language)
     if args.json:
-        print(json.dumps(diagnosis_to_json(diagnosis, explanation, lang), ensure_ascii=False, indent=2))
+        best = diagnosis.best.case_id if diagnosis.best and diagnosis.verdict != "unknown" else None
+        case = pipeline.kb.by_id().get(best) if best else None
+        print(json.dumps(diagnosis_to_json(diagnosis, explanation, lang, case=case), ensure_ascii=False, indent=2))
     else:
         from bot.render import render_text
 
