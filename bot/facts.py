@@ -137,7 +137,7 @@ _FLAGS: dict[str, tuple[str, Callable[[str], FactValue | None]]] = {
 
 
 def _launch(m: re.Match[str], f: _Facts) -> None:
-    f.set("launch_command", m.group(0)[:MAX_QUOTE])
+    f.set("launch_command", re.sub(r"^\S*[$#>]\s*", "", m.group(0))[:MAX_QUOTE])  # without the shell prompt
     words = m.group(1).split()
     if words and not words[0].startswith("-") and re.search(r"\bvllm\s+serve\s", m.group(0)):
         f.set("model", _text(words[0]))  # `vllm serve MODEL`: the positional model tag

@@ -167,6 +167,6 @@ def test_llm_prompt_kb_context_holds_the_filled_command(doctor, tp8) -> None:
 def test_logfacts_new_fields_are_read_from_real_lines() -> None:
     facts = read_facts(TP8_LOG)
     assert facts.port == 8001 and facts.estimated_max_model_len == 21440 and facts.kv_cache_needed_gib == 1.25
-    assert facts.launch_command is not None and facts.launch_command.startswith("$ vllm serve " + MODEL)
+    assert facts.launch_command is not None and facts.launch_command.startswith("vllm serve " + MODEL)
     assert facts.vllm_version == "0.9.0.1"
     assert {f.name for f in fields(LogFacts)} >= {"conflicts", "launch_command"}

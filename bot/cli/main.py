@@ -3,7 +3,7 @@
     vllm-doctor explain [FILE|-] [--json] [--no-llm] [--host-report REPORT.json]   diagnose one log
     vllm-doctor explain --no-llm --jsonl IN.jsonl         batch contract: one JSON object per input line
     vllm-doctor explain FILE --plot MEM.png               also draw the GPU memory picture (bot/pictures.py)
-    vllm-doctor report-draft [FILE|-] [-o DRAFT.md]       a vLLM bug-report draft (bot/report_draft.py)
+    vllm-doctor report-draft [FILE|-] [-o DRAFT.md] [--collect-env F]   a vLLM bug-report draft (bot/report_draft.py)
     vllm-doctor kb list [--json] | kb lint [DIR] | kb show ID
     vllm-doctor index [--rebuild]
     vllm-doctor eval LABELLED.jsonl [--json] [--floor …]
@@ -256,12 +256,18 @@ def cmd_report_draft(args: argparse.Namespace) -> int:
         if report.hosts:
             host = report.hosts[0]
             env = environment_from_host({c.id: c.facts for c in host.checks}, host.host)
+    collect_env = None
+    if args.collect_env:
+        from bot.paste import decode_input
+
+        # through the entry like every user text: decoded and redacted once
+        collect_env = decode_input(_read_input(args.collect_env), _settings().max_input_bytes).text
     data = _read_input(args.file)
     pipeline = _pipeline()
     diagnosis = pipeline.match(data)
     from bot.models import LogFacts
 
-    text = draft(diagnosis, diagnosis.facts or LogFacts(), env=env)
+    text = draft(diagnosis, diagnosis.facts or LogFacts(), env=env, collect_env=collect_env)
     if args.output:
         try:
             Path(args.output).write_text(text, encoding="utf-8")
@@ -362,7 +368,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("report-draft", help="draft a vLLM bug report (Markdown) from a log; nothing is sent")
     p.add_argument("file", nargs="?", help="log file, or - for stdin (default)")
     p.add_argument("--host-report", metavar="REPORT.json",
-                   help="output of `vllm-doctor diagnose HOST --json`: the environment section comes from it")
+                   help="output of `vllm-doctor diagnose HOST --json`: the environment section comes from it "
+                        "(the versions the log states win; both are shown when they differ)")
+    p.add_argument("--collect-env", metavar="FILE",
+                   help="output of `python -m vllm.collect_env` on the failing host: pasted as the environment")
     p.add_argument("-o", "--output", metavar="FILE.md", help="write the draft here instead of stdout")
     p.set_defaults(func=cmd_report_draft)
 
