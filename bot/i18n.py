@@ -433,6 +433,13 @@ _TEXT.update({
         "en": "holding the KV cache would need gpu_memory_utilization {value}, above {max}: lower --max-model-len "
               "or add GPUs instead",
         "zh": "要放下 KV 缓存需要 gpu_memory_utilization {value}，超过 {max}：请改为降低 --max-model-len 或增加 GPU"},
+    # `explain --since GOOD.log`: what differs from the working run (bot/since.py)
+    "since.head": {"en": "What changed since the working run ({source}):", "zh": "与正常运行（{source}）相比的变化："},
+    "since.none": {"en": "Nothing the two logs both state differs (versions, engine arguments, memory figures).",
+                   "zh": "两份日志都给出的版本、引擎参数和显存数字没有差异。"},
+    "since.versions": {"en": "versions", "zh": "版本"},
+    "since.engine": {"en": "engine args", "zh": "引擎参数"},
+    "since.memory": {"en": "memory", "zh": "显存"},
     "fit.unfilled": {"en": "<…> values are not in the log: fill them in before running the command",
                      "zh": "<…> 处的值日志里没有，请先填上再运行命令"},
 })

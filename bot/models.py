@@ -103,6 +103,18 @@ class Root:
 
 
 @dataclass(frozen=True)
+class Change:
+    """One setting that differs between a working run's log and the failing one (`explain --since`)."""
+
+    group: Literal["versions", "engine", "memory"]
+    name: str  # the LogFacts field
+    before: str  # as the working log states it
+    after: str  # as the failing log states it
+    before_line: int | None = None
+    after_line: int | None = None
+
+
+@dataclass(frozen=True)
 class FilledValue:
     """One placeholder of the fix commands, filled from the log (bot/fix_values.py). `reason` is an i18n key
     (bot/i18n.py, "fit.*") worded with `params` at the edge; `lines` are the paste lines it was read from."""

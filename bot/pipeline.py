@@ -230,6 +230,11 @@ class Pipeline:
         paste = decode_input(data, self.settings.max_input_bytes)
         return distill(paste, keywords=self._keywords), read_facts(paste.text)
 
+    def facts_of(self, data: str | bytes | Paste) -> LogFacts:
+        """What a log states about its setup (decoded and redacted at the entry): a working run's log for
+        `explain --since` (bot/since.py)."""
+        return read_facts(decode_input(data, self.settings.max_input_bytes).text)
+
     def match(
         self, data: str | bytes | Paste, mode: Mode = "hybrid", *,
         host_versions: Mapping[str, str] | None = None, host_label: str = "",

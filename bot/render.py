@@ -22,6 +22,18 @@ def _command_lines(command: str, values: Any, color: bool, lang: Language) -> li
     return out
 
 
+def render_since(changes: Any, source: str, lang: Language = "en", color: bool = False) -> str:
+    """`explain LOG --since GOOD.log`: what differs from the working run, before the diagnosis."""
+    out = [_c(t("since.head", lang, source=source), "bold", color)]
+    if not changes:
+        out.append("  " + t("since.none", lang))
+    for c in changes:
+        where = f"L{c.before_line or '?'} → L{c.after_line or '?'}"
+        head = f"  {t('since.' + c.group, lang)}: {c.name} {c.before} → {c.after}  "
+        out.append(head + _c(f"({where})", "dim", color))
+    return "\n".join(out) + "\n"
+
+
 def _title(m: Any, lang: Language) -> str:
     return (m.title_zh or m.title) if lang == "zh" else m.title
 

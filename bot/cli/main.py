@@ -193,13 +193,20 @@ def _host_facts(path: str | None) -> tuple[list[str] | None, dict[str, str], str
 
 def cmd_explain(args: argparse.Namespace) -> int:
     if args.jsonl:
-        if args.host_report:
-            raise UserInputError("--host-report explains one log; it does not apply to --jsonl batches")
+        if args.host_report or args.since:
+            raise UserInputError("--host-report and --since explain one log; they do not apply to --jsonl batches")
         return _run_jsonl(args)
     # a bad report fails before the (slower) diagnosis
     host_facts, versions, host_label = _host_facts(args.host_report)
+    good = _read_input(args.since) if args.since else None
     data = _read_input(args.file)
     pipeline = _pipeline()
+    changes = None
+    if good is not None:
+        from bot.since import what_changed
+
+        # the failing log's facts are read again by match(); reading twice keeps Pipeline.match unchanged
+        changes = what_changed(pipeline.facts_of(good), pipeline.facts_of(data))
     diagnosis, explanation = pipeline.explain_paste(data, host_facts=host_facts, language=args.lang,
                                                     use_llm=not args.no_llm, host_versions=versions,
                                                     host_label=host_label)
@@ -213,10 +220,17 @@ def cmd_explain(args: argparse.Namespace) -> int:
     if args.json:
         best = diagnosis.best.case_id if diagnosis.best and diagnosis.verdict != "unknown" else None
         case = pipeline.kb.by_id().get(best) if best else None
-        print(json.dumps(diagnosis_to_json(diagnosis, explanation, lang, case=case), ensure_ascii=False, indent=2))
-    else:
-        from bot.render import render_text
+        out = diagnosis_to_json(diagnosis, explanation, lang, case=case)
+        if changes is not None:
+            from bot.since import changes_to_json
 
+            out = {"since": changes_to_json(changes), **out}
+        print(json.dumps(out, ensure_ascii=False, indent=2))
+    else:
+        from bot.render import render_since, render_text
+
+        if changes is not None:
+            print(render_since(changes, Path(args.since).name if args.since != "-" else "stdin", lang, _want_color()))
         print(render_text(diagnosis, pipeline, explanation, color=_want_color(), lang=lang))
     if args.plot:
         _plot_log_memory(diagnosis, Path(args.plot))
@@ -363,6 +377,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", metavar="FILE.png", help="also draw the GPU memory picture from the log's numbers")
     p.add_argument("--host-report", metavar="REPORT.json",
                    help="output of `vllm-doctor diagnose HOST --json`: its findings go into the LLM prompt")
+    p.add_argument("--since", metavar="GOOD.log",
+                   help="a log of a run that worked: what changed (versions, engine args, memory) is shown first")
     p.set_defaults(func=cmd_explain)
 
     p = sub.add_parser("report-draft", help="draft a vLLM bug report (Markdown) from a log; nothing is sent")
