@@ -15,10 +15,14 @@ def _c(text: str, code: str, color: bool) -> str:
     return f"\x1b[{_COLORS.get(code, code)}m{text}\x1b[0m" if color else text
 
 
-def _command_lines(command: str, values: Any, color: bool, lang: Language) -> list[str]:
-    """A fix command filled from the log (bot/fix_values.py), then the arithmetic of each computed value."""
+def _command_lines(command: str, values: Any, color: bool, lang: Language, said: set[str]) -> list[str]:
+    """A fix command filled from the log (bot/fix_values.py), then the arithmetic of each computed value
+    (a line already said for an earlier step, such as "fill in the <…> values", is not repeated)."""
     out = [_c(f"        $ {fill(command, values)}", "cyan", color)]
-    out += [_c(f"          {line}", "dim", color) for line in step_lines(command, values, lang)]
+    for line in step_lines(command, values, lang):
+        if line not in said:
+            said.add(line)
+            out.append(_c(f"          {line}", "dim", color))
     return out
 
 
@@ -81,10 +85,11 @@ def render_text(
             out.append(f"   {t('label.fix', lang)}:")
             values = getattr(d, "fix_values", None)
             out += [_c(f"     ! {note}", "dim", color) for note in note_lines(values, lang)]
+            said: set[str] = set()
             for i, step in enumerate(case.fix, 1):
                 out.append(f"     {i}. {step_text(step, lang)}")
                 if step.command:
-                    out += _command_lines(step.command, values, color, lang)
+                    out += _command_lines(step.command, values, color, lang, said)
     also = getattr(d, "also_noticed", ())
     if also:
         out.append("")
