@@ -14,6 +14,8 @@ import re
 from collections.abc import Callable
 from dataclasses import fields
 
+from packaging.version import InvalidVersion, Version
+
 from bot.models import LogFacts
 from bot.redact import redact
 from indexer.literals import literal_set
@@ -25,7 +27,18 @@ MAX_QUOTE = 400
 
 _NUM = r"(-?\d+(?:\.\d+)?)"
 _GIB = _NUM + r"\s*Gi?B"
-_VERSION = r"v?(\d+\.\d+(?:\.\d+)?(?:\.?(?:post|dev|rc)\d*)?(?:\+[\w.]+)?)"
+# PEP 440 as vLLM prints it: 0.9.0.1, 0.6.3.post1, 0.11.0rc2.dev3+g1234abc (checked by _version_text)
+_VERSION = r"v?(\d+(?:\.\d+)+(?:[._-]?(?:a|b|rc|post|dev)\d*)*(?:\+[\w.]+)?)"
+
+
+def _version_text(value: str) -> str | None:
+    """The version as printed, when packaging reads it (a trailing full stop is prose, not the version)."""
+    text = value.strip().rstrip(".")
+    try:
+        Version(text)
+    except InvalidVersion:
+        return None
+    return text
 
 
 def _dtype(value: str) -> str:
@@ -70,6 +83,7 @@ _CONFIG_KEYS: dict[str, tuple[str, Callable[[str], FactValue | None]]] = {
     "enforce_eager": ("enforce_eager", _bool),
     "kv_cache_dtype": ("kv_cache_dtype", _text),
     "block_size": ("block_size", _int),
+    "port": ("port", _int),
 }
 _CONFIG_PAIR = re.compile(r"\b(" + "|".join(_CONFIG_KEYS) + r")['\"]?\s*[=:]\s*('[^']*'|\"[^\"]*\"|[\w./+\-]+)")
 
@@ -84,15 +98,56 @@ class _Facts:
         self.values: dict[str, FactValue] = {}
         self.sources: dict[str, int] = {}
         self.quotes: dict[int, str] = {}
+        self.conflicts: dict[str, list[tuple[str, int]]] = {}
         self.line_no = 0
         self.line = ""
 
     def set(self, name: str, value: FactValue | None) -> None:
-        if value is None or name in self.values:
+        if value is None:
+            return
+        if name in self.values:
+            if name in _CONFLICTING and value != self.values[name]:
+                seen = self.conflicts.setdefault(name, [])
+                if str(value) not in {v for v, _ in seen} and len(seen) < 5:
+                    seen.append((str(value), self.line_no))
+                    self.quotes.setdefault(self.line_no, self.line[:MAX_QUOTE])
             return
         self.values[name] = value
         self.sources[name] = self.line_no
         self.quotes.setdefault(self.line_no, self.line[:MAX_QUOTE])
+
+
+# fields whose second, different value is worth saying (a fix command is filled with the first)
+_CONFLICTING = frozenset({"model", "tensor_parallel_size", "pipeline_parallel_size", "max_model_len",
+                          "gpu_memory_utilization", "dtype", "port", "vllm_version"})
+
+# `vllm serve MODEL …` / `python -m vllm.entrypoints.openai.api_server --model MODEL …` (a shell prompt, env
+# assignments and `docker run … vllm/vllm-openai` before it allowed): the launch command and its flags
+_LAUNCH = re.compile(r"^(?:\S*[$#>]\s*)?(?:[A-Za-z_]\w*=\S*\s+)*"
+                     r"(?:vllm\s+serve\b|python3?\s+-m\s+vllm\.entrypoints\.openai\.api_server\b|docker\s+run\b.*"
+                     r"vllm/vllm-openai\S*)(.*)$")
+_FLAGS: dict[str, tuple[str, Callable[[str], FactValue | None]]] = {
+    "--model": ("model", _text), "--tensor-parallel-size": ("tensor_parallel_size", _int),
+    "-tp": ("tensor_parallel_size", _int), "--pipeline-parallel-size": ("pipeline_parallel_size", _int),
+    "-pp": ("pipeline_parallel_size", _int), "--max-model-len": ("max_model_len", _int),
+    "--gpu-memory-utilization": ("gpu_memory_utilization", _float), "--port": ("port", _int),
+    "--dtype": ("dtype", lambda v: None if _text(v) is None else _dtype(v)), "--quantization": ("quantization", _text),
+    "-q": ("quantization", _text), "--kv-cache-dtype": ("kv_cache_dtype", _text), "--block-size": ("block_size", _int),
+}
+
+
+def _launch(m: re.Match[str], f: _Facts) -> None:
+    f.set("launch_command", re.sub(r"^\S*[$#>]\s*", "", m.group(0))[:MAX_QUOTE])  # without the shell prompt
+    words = m.group(1).split()
+    if words and not words[0].startswith("-") and re.search(r"\bvllm\s+serve\s", m.group(0)):
+        f.set("model", _text(words[0]))  # `vllm serve MODEL`: the positional model tag
+    for i, word in enumerate(words):
+        flag, _, inline = word.partition("=")
+        if flag in _FLAGS:
+            raw = inline or (words[i + 1] if i + 1 < len(words) else "")
+            name, conv = _FLAGS[flag]
+            if raw and not raw.startswith("-"):
+                f.set(name, conv(raw))
 
 
 def _config(m: re.Match[str], f: _Facts) -> None:
@@ -103,7 +158,7 @@ def _config(m: re.Match[str], f: _Facts) -> None:
 
 def _engine_line(m: re.Match[str], f: _Facts) -> None:
     if m.group(1):
-        f.set("vllm_version", m.group(1))
+        f.set("vllm_version", _version_text(m.group(1)))
     _config(m, f)
 
 
@@ -181,11 +236,26 @@ _RULES: list[tuple[str, re.Pattern[str], _Handler]] = [
     ("non-default args", re.compile(r"non-default args: (\{.*\})"), _non_default),
     ("namespace(", re.compile(r"\bNamespace\("), _config),
     # "vLLM API server version 0.6.3.post1", "vLLM Version: 0.6.3.post1" (collect_env), "vllm==0.5.3", "vllm 0.6.0"
-    ("api server version", re.compile(r"vLLM API server version " + _VERSION), _set("vllm_version", str)),
-    ("vllm version", re.compile(r"vLLM Version\s*:\s*" + _VERSION), _set("vllm_version", str)),
-    ("vllm==", re.compile(r"\bvllm==" + _VERSION), _set("vllm_version", str)),
-    ("vllm-openai:", re.compile(r"vllm/vllm-openai:" + _VERSION), _set("vllm_version", str)),
-    ("vllm ", re.compile(r"^vllm\s+" + _VERSION + r"\s*$"), _set("vllm_version", str)),
+    ("api server version", re.compile(r"vLLM API server version " + _VERSION), _set("vllm_version", _version_text)),
+    ("vllm version", re.compile(r"vLLM Version\s*:\s*" + _VERSION), _set("vllm_version", _version_text)),
+    ("vllm==", re.compile(r"\bvllm==" + _VERSION), _set("vllm_version", _version_text)),
+    ("vllm-openai:", re.compile(r"vllm/vllm-openai:" + _VERSION), _set("vllm_version", _version_text)),
+    ("vllm ", re.compile(r"^vllm\s+" + _VERSION + r"\s*$"), _set("vllm_version", _version_text)),
+    ("vllm serve", _LAUNCH, _launch),
+    ("vllm.entrypoints.openai.api_server", _LAUNCH, _launch),
+    ("vllm/vllm-openai", _LAUNCH, _launch),
+    ("uvicorn running on", re.compile(r"Uvicorn running on https?://[^\s:/]+:(\d+)"), _set("port", _int)),
+    ("starting vllm api server on", re.compile(r"Starting vLLM API server(?: \d+)? on https?://[^\s:/]+:(\d+)"),
+     _set("port", _int)),
+    # the KV cache shortfall: V1 "… max seq len (32768), (10.00 GiB KV cache is needed, which is larger than the
+    # available KV cache memory (6.55 GiB). Based on the available memory, the estimated maximum model length
+    # is 21440." / V0 "The model's max seq len (32768) is larger than … stored in KV cache (21440)."
+    ("max seq len (", re.compile(r"max seq len \((\d+)\)"), _set("max_model_len", _int)),
+    ("kv cache is needed", re.compile(r"\(" + _GIB + r" KV cache is needed.*?available KV cache memory \(" + _GIB),
+     _pair("kv_cache_needed_gib", "kv_cache_gib", float)),
+    ("estimated maximum model length is", re.compile(r"estimated maximum model length is (\d+)"),
+     _set("estimated_max_model_len", _int)),
+    ("stored in kv cache (", re.compile(r"stored in KV cache \((\d+)\)"), _set("estimated_max_model_len", _int)),
     ("torch==", re.compile(r"\btorch==(\d+\.\d+(?:\.\d+)?(?:\+\w+)?)"), _torch_version),
     ("pytorch version", re.compile(r"PyTorch version\s*:\s*(\d+\.\d+(?:\.\d+)?(?:\+\w+)?)"), _torch_version),
     ("torch ", re.compile(r"^torch\s+(\d+\.\d+\.\d+(?:\+\w+)?)\s*$"), _torch_version),
@@ -263,7 +333,9 @@ def read_facts(text: str) -> LogFacts:
                     handler(m, facts)
     values = {k: (redact(v) if isinstance(v, str) else v) for k, v in facts.values.items() if k in _KNOWN}
     quotes = {n: redact(q) for n, q in facts.quotes.items()}
-    return LogFacts(**values, sources=dict(facts.sources), quotes=quotes)  # type: ignore[arg-type]
+    conflicts = {k: tuple((redact(v), n) for v, n in seen) for k, seen in facts.conflicts.items() if k in _KNOWN}
+    return LogFacts(**values, sources=dict(facts.sources), quotes=quotes,  # type: ignore[arg-type]
+                    conflicts=conflicts)
 
 
 # Labels for people (the answer's "what the log says about your setup"), in display order.
@@ -296,6 +368,10 @@ FACT_LABELS: dict[str, str] = {
     "gpu_blocks": "GPU blocks",
     "cpu_blocks": "CPU blocks",
     "max_concurrency": "max concurrency (x)",
+    "estimated_max_model_len": "longest context the KV cache holds (tokens)",
+    "kv_cache_needed_gib": "KV cache needed (GiB)",
+    "port": "port",
+    "launch_command": "launch command",
 }
 
 

@@ -467,6 +467,45 @@ _TEXT: dict[str, dict[Language, str]] = {
     "host.verdict.skipped": {"en": "skipped", "zh": "跳过"},
 }
 
+# fix commands fitted to the log (bot/fix_values.py): the arithmetic of a computed value, and notes
+_TEXT.update({
+    "fit.max_model_len.estimated": {"en": "{value} = the longest context the log says the KV cache holds",
+                                    "zh": "{value} = 日志给出的 KV 缓存能容纳的最长上下文"},
+    "fit.max_model_len.tokens": {"en": "{value} = the KV cache size in tokens the log states",
+                                 "zh": "{value} = 日志给出的 KV 缓存容量（token 数）"},
+    "fit.max_model_len.blocks": {"en": "{value} = {blocks} GPU blocks × {block} tokens per block",
+                                 "zh": "{value} = {blocks} 个 GPU 块 × 每块 {block} 个 token"},
+    "fit.gpu_memory_utilization.parts": {
+        "en": "{value} = (weights {weights} + activation peak {activation} + non-torch {non_torch} + KV cache needed "
+              "{need} GiB) / {total} GiB per GPU, rounded up, + 0.01 headroom",
+        "zh": "{value} = （权重 {weights} + 激活峰值 {activation} + 非 torch 显存 {non_torch} + 所需 KV 缓存 {need} GiB）"
+              "/ 每卡 {total} GiB，向上取整，再留 0.01 余量"},
+    "fit.gpu_memory_utilization.delta": {
+        "en": "{value} = {current} + (KV cache needed {need} − available {available} GiB) / {total} GiB per GPU, "
+              "rounded up, + 0.01 headroom",
+        "zh": "{value} = {current} +（所需 KV 缓存 {need} − 可用 {available} GiB）/ 每卡 {total} GiB，向上取整，再留 0.01 余量"},
+    "fit.tp.heads": {"en": "{value} = the largest size ≤ {gpus} GPUs that divides the {heads} attention heads",
+                     "zh": "{value} = 不超过 {gpus} 张卡、且能整除 {heads} 个注意力头的最大并行数"},
+    "fit.tp.gpus": {"en": "{value} = the GPUs the log says are visible",
+                    "zh": "{value} = 日志显示的可见 GPU 数"},
+    "fit.note.conflict": {"en": "the log states more than one {name}: the commands use {used} (L{line}, the first "
+                                "line that states it); it also says {others}",
+                          "zh": "日志中的 {name} 不止一个：命令使用 {used}（L{line}，最先给出它的一行）；日志里还有 {others}"},
+    "fit.note.utilization_too_high": {
+        "en": "holding the KV cache would need gpu_memory_utilization {value}, above {max}: lower --max-model-len "
+              "or add GPUs instead",
+        "zh": "要放下 KV 缓存需要 gpu_memory_utilization {value}，超过 {max}：请改为降低 --max-model-len 或增加 GPU"},
+    # `explain --since GOOD.log`: what differs from the working run (bot/since.py)
+    "since.head": {"en": "What changed since the working run ({source}):", "zh": "与正常运行（{source}）相比的变化："},
+    "since.none": {"en": "Nothing the two logs both state differs (versions, engine arguments, memory figures).",
+                   "zh": "两份日志都给出的版本、引擎参数和显存数字没有差异。"},
+    "since.versions": {"en": "versions", "zh": "版本"},
+    "since.engine": {"en": "engine args", "zh": "引擎参数"},
+    "since.memory": {"en": "memory", "zh": "显存"},
+    "fit.unfilled": {"en": "<…> values are not in the log: fill them in before running the command",
+                     "zh": "<…> 处的值日志里没有，请先填上再运行命令"},
+})
+
 
 def t(key: str, lang: Language, **values: Any) -> str:
     """The fixed text `key` in `lang` (English when a Chinese form is missing)."""

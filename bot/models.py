@@ -103,6 +103,39 @@ class Root:
 
 
 @dataclass(frozen=True)
+class Change:
+    """One setting that differs between a working run's log and the failing one (`explain --since`)."""
+
+    group: Literal["versions", "engine", "memory"]
+    name: str  # the LogFacts field
+    before: str  # as the working log states it
+    after: str  # as the failing log states it
+    before_line: int | None = None
+    after_line: int | None = None
+
+
+@dataclass(frozen=True)
+class FilledValue:
+    """One placeholder of the fix commands, filled from the log (bot/fix_values.py). `reason` is an i18n key
+    (bot/i18n.py, "fit.*") worded with `params` at the edge; `lines` are the paste lines it was read from."""
+
+    name: str  # a kb.schema.PLACEHOLDERS name, e.g. "max_model_len_fit"
+    value: str
+    reason: str = ""  # "" for a value the log states as it is
+    params: tuple[tuple[str, str], ...] = ()
+    lines: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class FixValues:
+    """The fix commands' placeholders this paste fills, and what could not be filled or disagreed."""
+
+    values: dict[str, FilledValue] = field(default_factory=dict)
+    # (i18n key, params): two values the log states for one setting, a value that does not fit …
+    notes: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()
+
+
+@dataclass(frozen=True)
 class Diagnosis:
     verdict: Verdict
     matches: tuple[Match, ...]  # best first, at most 5
@@ -115,6 +148,7 @@ class Diagnosis:
     notes: tuple[str, ...] = ()  # matcher notes, e.g. "the final error line is missing"
     kind: Literal["log", "question"] = "log"  # question: short text without a log (bot/question.py)
     root: Root | None = None  # the line to fix and its component (bot/root.py); None: no line states a cause
+    fix_values: FixValues | None = None  # the fix commands' placeholders filled from this log (bot/fix_values.py)
 
     @property
     def best(self) -> Match | None:
@@ -158,12 +192,20 @@ class LogFacts:
     max_concurrency: float | None = None
     num_attention_heads: int | None = None
     kv_cache_tokens: int | None = None  # V1 engine: "GPU KV cache size: 445,888 tokens"
+    # the longest context the KV cache holds, as the error states it ("the estimated maximum model length is
+    # 21440", V0's "… stored in KV cache (23648)")
+    estimated_max_model_len: int | None = None
+    kv_cache_needed_gib: float | None = None  # V1: "(16.00 GiB KV cache is needed, …"
+    port: int | None = None  # --port, non-default args, "Uvicorn running on http://0.0.0.0:8000"
+    launch_command: str | None = None  # the `vllm serve …` / api_server line the log starts with (redacted)
     sources: dict[str, int] = field(default_factory=dict)
     quotes: dict[int, str] = field(default_factory=dict)  # line number → the cleaned line a fact came from
+    # field → the other values the log states for it, with their lines (the first stated one is used)
+    conflicts: dict[str, tuple[tuple[str, int], ...]] = field(default_factory=dict)
 
     def known(self) -> dict[str, str | int | float | bool]:
         """The facts the log states, in field order (for JSON and the answer)."""
-        skip = ("sources", "quotes")
+        skip = ("sources", "quotes", "conflicts")
         return {k: v for k, v in self.__dict__.items() if k not in skip and v is not None}
 
 

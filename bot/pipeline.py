@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypeVar
 from bot.distill import distill, extra_keywords
 from bot.errors import IndexUnavailable, UserInputError
 from bot.facts import read_facts
+from bot.fix_values import fit_values, fitted_case
 from bot.match import Matcher, Mode, Thresholds, signature_literals
 from bot.models import (
     Diagnosis,
@@ -239,6 +240,11 @@ class Pipeline:
         paste = decode_input(data, self.settings.max_input_bytes)
         return distill(paste, keywords=self._keywords), read_facts(paste.text)
 
+    def facts_of(self, data: str | bytes | Paste) -> LogFacts:
+        """What a log states about its setup (decoded and redacted at the entry): a working run's log for
+        `explain --since` (bot/since.py)."""
+        return read_facts(decode_input(data, self.settings.max_input_bytes).text)
+
     def match(
         self, data: str | bytes | Paste, mode: Mode = "hybrid", *,
         host_versions: Mapping[str, str] | None = None, host_label: str = "",
@@ -278,6 +284,7 @@ class Pipeline:
             facts=facts,
             notes=ranking.notes,
             root=find_root(distilled, facts, ranking.verdict, ranking.matches),  # bot/root.py
+            fix_values=fit_values(facts),
         )
 
     # -- explain: diagnosis → explanation (LLM when configured, KB-only otherwise) --------------------
@@ -292,7 +299,9 @@ class Pipeline:
 
     def _top_cases(self, diagnosis: Diagnosis) -> list[Case]:
         by_id = self._kb.by_id()
-        return [by_id[m.case_id] for m in diagnosis.matches[:3] if m.case_id in by_id]
+        # fix commands filled from the log: the LLM's KB context and the KB-only answer quote them
+        values = diagnosis.fix_values
+        return [fitted_case(by_id[m.case_id], values) for m in diagnosis.matches[:3] if m.case_id in by_id]
 
     def explain(
         self,

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from bot.facts import FACT_LABELS
+from bot.fix_values import fill, note_lines, step_lines
 from bot.i18n import Language, case_cause, case_title, fact_label, localize_note, step_text, t
 from bot.root import cases_affecting, classify, established, read_root, search_phrase, triage
 
@@ -24,6 +25,29 @@ _VOCABULARY = ("shared terms:", "question terms:", "via glossary:", "问题中�
 
 def _c(text: str, code: str, color: bool) -> str:
     return f"\x1b[{_COLORS.get(code, code)}m{text}\x1b[0m" if color else text
+
+
+def _command_lines(command: str, values: Any, color: bool, lang: Language, said: set[str]) -> list[str]:
+    """A fix command filled from the log (bot/fix_values.py), then the arithmetic of each computed value
+    (a line already said for an earlier step, such as "fill in the <…> values", is not repeated)."""
+    out = [_c(f"        $ {fill(command, values)}", "cyan", color)]
+    for line in step_lines(command, values, lang):
+        if line not in said:
+            said.add(line)
+            out.append(_c(f"          {line}", "dim", color))
+    return out
+
+
+def render_since(changes: Any, source: str, lang: Language = "en", color: bool = False) -> str:
+    """`explain LOG --since GOOD.log`: what differs from the working run, before the diagnosis."""
+    out = [_c(t("since.head", lang, source=source), "bold", color)]
+    if not changes:
+        out.append("  " + t("since.none", lang))
+    for c in changes:
+        where = f"L{c.before_line or '?'} → L{c.after_line or '?'}"
+        head = f"  {t('since.' + c.group, lang)}: {c.name} {c.before} → {c.after}  "
+        out.append(head + _c(f"({where})", "dim", color))
+    return "\n".join(out) + "\n"
 
 
 def _title(m: Any, lang: Language) -> str:
@@ -203,10 +227,13 @@ def render_text(
                 out.append("   " + t("text.untranslated", lang))
             out.append(f"   {t('label.cause', lang)}: " + case_cause(case, lang))
             out.append(f"   {t('label.fix', lang)}:")
+            values = getattr(d, "fix_values", None)
+            out += [_c(f"     ! {note}", "dim", color) for note in note_lines(values, lang)]
+            said: set[str] = set()
             for i, step in enumerate(case.fix, 1):
                 out.append(f"     {i}. {step_text(step, lang)}")
                 if step.command:
-                    out.append(_c(f"        $ {step.command}", "cyan", color))
+                    out += _command_lines(step.command, values, color, lang, said)
     also = getattr(d, "also_noticed", ())
     if also:
         out.append("")

@@ -57,6 +57,10 @@ FACTS: dict[str, FactKind] = {
     "gpu_blocks": "number",
     "cpu_blocks": "number",
     "max_concurrency": "number",
+    "estimated_max_model_len": "number",
+    "kv_cache_needed_gib": "number",
+    "port": "number",
+    "launch_command": "text",
 }
 
 MAX_RULE_CHARS = 300

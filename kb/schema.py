@@ -69,12 +69,54 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=True)
 
 
+# Named placeholders a fix command may hold, filled from the log's facts by bot/fix_values.py (a value the
+# log does not give shows as `<name>`). The `_fit` ones are computed, with the arithmetic shown.
+PLACEHOLDERS: dict[str, str] = {
+    "model": "the model id or path the log serves",
+    "model_dir": "the model's local directory (when the log serves a path)",
+    "tp": "the tensor-parallel size the log states",
+    "tp_fit": "a tensor-parallel size that divides the attention heads and fits the GPUs",
+    "pp": "the pipeline-parallel size the log states",
+    "max_model_len": "the max_model_len the log states",
+    "max_model_len_fit": "the largest max-model-len the KV cache the log reports holds",
+    "gpu_memory_utilization": "the gpu_memory_utilization the log states",
+    "gpu_memory_utilization_fit": "the share that fits the weights, activation peak and the KV cache needed",
+    "port": "the port the server listens on",
+    "dtype": "the dtype the log states",
+    "quantization": "the quantization method the log states",
+    "kv_cache_dtype": "the KV cache dtype the log states",
+    "vllm_version": "the vLLM version the log states",
+}
+PLACEHOLDER_RE = re.compile(r"\{([a-z][a-z0-9_]*)\}")
+# the old spelling of a placeholder: `vllm serve MODEL`, `MODEL_DIR/config.json`
+_BARE_PLACEHOLDER = re.compile(r"\b(MODEL|MODEL_DIR)\b")
+
+
 class FixStep(_Strict):
     text: str = Field(min_length=3)
     # Chinese text of the step (commands stay as they are). Required for bundled cases by `kb lint`;
     # cases added from Slack or the CLI may leave it empty, and the English text is shown instead.
     text_zh: str = ""
+    # may hold {placeholders} (PLACEHOLDERS), filled from the log by bot/fix_values.py
     command: str | None = None
+
+    @field_validator("command")
+    @classmethod
+    def _placeholders_known(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        unknown = sorted({name for name in PLACEHOLDER_RE.findall(v) if name not in PLACEHOLDERS})
+        if unknown:
+            raise ValueError(f"unknown placeholder {', '.join('{' + n + '}' for n in unknown)}; "
+                             f"one of: {', '.join('{' + n + '}' for n in PLACEHOLDERS)}")
+        bare = _BARE_PLACEHOLDER.search(v)
+        if bare:
+            raise ValueError(f"write {{{bare.group(1).lower()}}} instead of {bare.group(1)} (filled from the log)")
+        return v
+
+    def placeholders(self) -> list[str]:
+        """The placeholder names in the command, in order, once each."""
+        return list(dict.fromkeys(PLACEHOLDER_RE.findall(self.command or "")))
 
 
 class FactRule(_Strict):

@@ -6,9 +6,11 @@ from __future__ import annotations
 from dataclasses import fields
 
 import pytest
+from packaging.version import Version
 
 from bot.facts import FACT_LABELS, fact_lines, read_facts
 from bot.models import LogFacts
+from bot.versions import known_versions
 from kb.rules import FACTS
 
 CASES: list[tuple[str, str, dict[str, object]]] = [
@@ -189,7 +191,7 @@ def test_non_default_args_are_data_not_code() -> None:
 
 
 def test_rule_names_labels_and_logfacts_agree() -> None:
-    names = {f.name for f in fields(LogFacts)} - {"sources", "quotes"}
+    names = {f.name for f in fields(LogFacts)} - {"sources", "quotes", "conflicts"}
     assert set(FACTS) == names
     assert set(FACT_LABELS) == names
 
@@ -200,3 +202,29 @@ def test_linear_in_paste_size() -> None:
     text = "\n".join(f"INFO # GPU blocks: {i}, # CPU blocks: 1 model weights take {i}GiB" for i in range(200_000))
     facts = read_facts(text)
     assert facts.gpu_blocks == 0 and facts.weights_gib == 0.0
+
+
+@pytest.mark.parametrize("version", ["0.9.0.1", "0.6.3.post1", "0.11.0rc2.dev3+g1234abc",
+                                     "0.10.1.dev12+gabc123.d20250801"])
+@pytest.mark.parametrize("shape", [
+    "INFO 06-12 09:14:06 [api_server.py:1287] vLLM API server version {v}",
+    "INFO 06-12 09:14:16 [core.py:70] Initializing a V1 LLM engine (v{v}) with config: model='m', dtype=auto",
+    "vLLM Version: {v}",
+    "pip install vllm=={v}.",
+])
+def test_versions_parse_exactly(version: str, shape: str) -> None:
+    facts = read_facts(shape.format(v=version))
+    assert facts.vllm_version == version
+    assert known_versions(facts)["vllm"].version == Version(version)
+
+
+def test_launch_command_port_and_conflicts_are_read() -> None:
+    log = ("user@box:~$ VLLM_USE_V1=1 vllm serve meta-llama/Llama-3.1-8B-Instruct -tp 2 --max-model-len=8192\n"
+           "INFO non-default args: {'model': 'meta-llama/Llama-3.1-70B-Instruct', 'port': 9000}\n"
+           "INFO:     Uvicorn running on http://0.0.0.0:9000 (Press CTRL+C to quit)\n")
+    facts = read_facts(log)
+    assert facts.launch_command == "VLLM_USE_V1=1 vllm serve meta-llama/Llama-3.1-8B-Instruct -tp 2 --max-model-len=8192"
+    assert (facts.model, facts.tensor_parallel_size, facts.max_model_len, facts.port) == (
+        "meta-llama/Llama-3.1-8B-Instruct", 2, 8192, 9000)
+    assert facts.conflicts == {"model": (("meta-llama/Llama-3.1-70B-Instruct", 2),)}
+    assert "conflicts" not in facts.known()

@@ -135,7 +135,8 @@ def test_prompt_holds_evidence_cases_and_host_facts_but_no_secrets(fake):
     assert "L12 [error]: ValueError: No available memory for the cache blocks." in text
     assert "L7: export HF_TOKEN=[REDACTED:" in text
     assert "### kv-cache-no-memory" in text and "### max-model-len-exceeds-kv-cache" in text
-    assert "vllm serve MODEL --gpu-memory-utilization 0.95" in text  # fix commands of the case
+    # fix commands of the case, filled from the log: this one states no model, so it shows as <model>
+    assert "vllm serve <model> --gpu-memory-utilization 0.95" in text
     assert "gpu.memory_used: 79 GiB of 80 GiB" in text
     assert hf not in text and aws not in text
     assert "English" in text
@@ -212,7 +213,7 @@ def test_kb_only_answer_in_chinese_uses_the_chinese_text():
     assert out.summary == case[0].summary_zh and out.language == "zh" and out.source == "kb"
     assert out.why == case[0].cause_zh
     assert out.fix_steps[0].startswith(case[0].fix[0].text_zh)
-    assert any("`vllm serve MODEL --gpu-memory-utilization 0.95`" in s for s in out.fix_steps)
+    assert any("`vllm serve <model> --gpu-memory-utilization 0.95`" in s for s in out.fix_steps)
 
 
 def test_kb_only_answer_for_an_unknown_log():
@@ -264,7 +265,7 @@ def test_runner_up_cases_are_shortened_before_the_best_case():
         fake.chat = completion(answer_json("kv-cache-no-memory"))
         run(explainer(fake.base_url, max_answer_tokens=400))
         text = prompt_text(fake)
-        assert "vllm serve MODEL --gpu-memory-utilization 0.95" in text  # best case keeps its fix commands
+        assert "vllm serve <model> --gpu-memory-utilization 0.95" in text  # best case keeps its fix commands
         assert "--kv-cache-dtype fp8" not in text  # the runner-up lost its fix list
         body = fake.chat_requests()[-1].body
         assert fake.count(body["messages"]) + body["max_tokens"] <= 1200

@@ -4,12 +4,22 @@ error excerpt, search terms, and no secret from the redaction corpus."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from test_redact import CORPUS
 
-from bot.models import LogFacts
-from bot.report_draft import SECTIONS, collect_env_text, draft, environment_from_host, sections_of
+from bot.models import LogFacts, LogLine, Root
+from bot.report_draft import (
+    SECTIONS,
+    collect_env_text,
+    draft,
+    environment_from_host,
+    mask_identity,
+    root_line,
+    sections_of,
+)
 from tests.conftest import EVAL_DIR
 
 
@@ -63,3 +73,76 @@ def test_environment_from_host_facts_in_collect_env_shape():
                  "Nvidia driver version: 535.104.05", "vLLM Version: 0.6.1", "NCCL version: 2.20.5",
                  "host gpu07"):
         assert line in text, line
+
+
+# --- issue 25 item 4: a draft worth filing ----------------------------------------------------------------
+NFS_LOG = (Path(__file__).parent / "fit_fixtures" / "nfs-stale-handle.log").read_text(encoding="utf-8")
+COLLECT_ENV = """\
+Collecting environment information...
+PyTorch version: 2.7.0+cu126
+Is debug build: False
+CUDA used to build PyTorch: 12.6
+OS: Ubuntu 22.04.4 LTS (x86_64)
+Python version: 3.11.9 (main, Apr  6 2024, 17:59:24) [GCC 11.4.0] (64-bit runtime)
+Is CUDA available: True
+CUDA runtime version: 12.4.131
+GPU models and configuration:
+GPU 0: NVIDIA A100-SXM4-80GB
+GPU 1: NVIDIA A100-SXM4-80GB
+Nvidia driver version: 550.54.15
+vLLM Version: 0.9.1
+"""
+
+
+@pytest.fixture(scope="module")
+def nfs(doctor):
+    return doctor.match(NFS_LOG)
+
+
+def test_nfs_draft_is_titled_and_searched_from_the_oserror_line(nfs):
+    text = draft(nfs, nfs.facts or LogFacts())
+    assert text.splitlines()[0] == "# [Bug]: OSError: [Errno 116] Stale file handle"
+    assert "OSError: [Errno 116] Stale file handle" in text.split("### What vllm-doctor found")[0]
+    terms = text.split("### Search terms for existing issues")[1]
+    assert terms.strip().splitlines()[0] == '- `"Stale file handle" OSError repo:vllm-project/vllm`'
+    assert root_line(nfs) is not None and root_line(nfs).line_no == 22
+
+
+def test_root_line_prefers_diagnosis_root_when_the_root_stage_set_it(nfs):
+    chosen = replace(nfs, root=Root(41, "RuntimeError: Engine core initialization failed.", "other"))
+    assert root_line(chosen) == LogLine(41, "RuntimeError: Engine core initialization failed.", "root")
+
+
+def test_nfs_draft_has_the_launch_command_expected_actual_and_no_user_name(nfs):
+    text = draft(nfs, nfs.facts or LogFacts())
+    assert ("CUDA_VISIBLE_DEVICES=0,1 vllm serve /home/<user>/models/Llama-3.1-8B-Instruct --tensor-parallel-size 2"
+            in text)
+    assert "**Expected:**" in text and "**Actual:** it fails at start-up with `OSError: [Errno 116] Stale file " \
+        "handle` (line 22)" in text
+    assert "alice" not in text and "gpu-node-07" not in text
+
+
+def test_masking_users_hosts_and_internal_addresses():
+    masked = mask_identity("bob@gpu07.corp:~$ ls /home/bob/x /Users/carol/y; curl http://10.2.3.4:8000 "
+                           "http://192.168.1.9/ http://node3.cluster.internal:8000 https://github.com/vllm-project")
+    assert masked == ("<user>@<host>:~$ ls /home/<user>/x /Users/<user>/y; curl http://<internal-ip>:8000 "
+                      "http://<internal-ip>/ http://<host>:8000 https://github.com/vllm-project")
+
+
+def test_log_versions_win_over_the_host_report_and_both_are_shown(nfs):
+    host = environment_from_host({"python.vllm_install": {"version": "0.10.0"},
+                                  "python.torch": {"version": "2.7.1+cu126", "cuda": "12.6"},
+                                  "system.os": {"PRETTY_NAME": "Ubuntu 22.04.4 LTS"}}, "gpu07")
+    text = draft(nfs, nfs.facts or LogFacts(), env=host)
+    assert "vLLM Version: 0.9.2" in text  # the log's: the run that failed
+    assert "vLLM: 0.9.2 in the log (used above), 0.10.0 on host gpu07" in text
+    assert "PyTorch version: 2.7.1+cu126" in text and "OS: Ubuntu 22.04.4 LTS" in text  # the log is silent
+
+
+def test_collect_env_output_is_the_environment_section(nfs):
+    text = draft(nfs, nfs.facts or LogFacts(), collect_env=COLLECT_ENV)
+    env = text.split("### Your current environment")[1].split("### 🐛 Describe the bug")[0]
+    assert "GPU 1: NVIDIA A100-SXM4-80GB" in env and "Nvidia driver version: 550.54.15" in env
+    assert env.index("PyTorch version") < env.index("vLLM Version")  # collect_env's own order
+    assert "vLLM: 0.9.2 in the log, 0.9.1 in the collect_env output" in env
+    assert list(sections_of(text)) == list(SECTIONS)

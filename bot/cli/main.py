@@ -3,7 +3,7 @@
     vllm-doctor explain [FILE|-] [--json] [--no-llm] [--host-report REPORT.json]   diagnose one log
     vllm-doctor explain --no-llm --jsonl IN.jsonl         batch contract: one JSON object per input line
     vllm-doctor explain FILE --plot MEM.png               also draw the GPU memory picture (bot/pictures.py)
-    vllm-doctor report-draft [FILE|-] [-o DRAFT.md]       a vLLM bug-report draft (bot/report_draft.py)
+    vllm-doctor report-draft [FILE|-] [-o DRAFT.md] [--collect-env F]   a vLLM bug-report draft (bot/report_draft.py)
     vllm-doctor kb list [--json] | kb lint [DIR] | kb show ID
     vllm-doctor index [--rebuild]
     vllm-doctor eval LABELLED.jsonl [--json] [--floor …]
@@ -106,9 +106,23 @@ def root_to_json(d: Any) -> dict[str, Any] | None:
     return None if root is None else {"line": root.line, "text": root.text, "component": root.component}
 
 
-def diagnosis_to_json(d: Any, explanation: Any = None, language: str | None = None) -> dict[str, Any]:
-    """language: the answer's language (--lang, the setting, else the paste's); defaults to the paste's."""
+def fix_to_json(d: Any, case: Any) -> dict[str, Any]:
+    """The best case's fix steps with their commands filled from the log (bot/fix_values.py), the values
+    and how each computed one was worked out, and notes (two values for one setting, one that cannot fit)."""
+    from bot.fix_values import fill, note_lines, step_lines, to_json
+
+    values = getattr(d, "fix_values", None)
+    steps = [{"text": s.text, "command": fill(s.command, values) if s.command else None,
+              "template": s.command, "how": step_lines(s.command, values)} for s in (case.fix if case else [])]
+    return {"fix": steps, "fix_values": to_json(values), "fix_notes": note_lines(values)}
+
+
+def diagnosis_to_json(d: Any, explanation: Any = None, language: str | None = None,
+                      case: Any = None) -> dict[str, Any]:
+    """language: the answer's language (--lang, the setting, else the paste's); defaults to the paste's.
+    case: the best match's KB case, for its fix steps filled from the log (added keys "fix", "fix_values")."""
     return {
+        **fix_to_json(d, case),
         "verdict": d.verdict,
         "kind": getattr(d, "kind", "log"),
         "root": root_to_json(d),
@@ -229,13 +243,21 @@ def _host_facts(path: str | None) -> tuple[list[str] | None, dict[str, str], str
 
 def cmd_explain(args: argparse.Namespace) -> int:
     if args.jsonl:
-        if args.host_report:
-            raise UserInputError("--host-report explains one log; it does not apply to --jsonl batches")
+        if args.host_report or args.since:
+            raise UserInputError("--host-report and --since explain one log; they do not apply to --jsonl batches")
         return _run_jsonl(args)
     # a bad report fails before the (slower) diagnosis
     host_facts, versions, host_label = _host_facts(args.host_report)
-    data = _read_input(args.file, _settings().max_input_bytes)
+    limit = _settings().max_input_bytes
+    good = _read_input(args.since, limit) if args.since else None
+    data = _read_input(args.file, limit)
     pipeline = _pipeline()
+    changes = None
+    if good is not None:
+        from bot.since import what_changed
+
+        # the failing log's facts are read again by match(); reading twice keeps Pipeline.match unchanged
+        changes = what_changed(pipeline.facts_of(good), pipeline.facts_of(data))
     diagnosis, explanation = pipeline.explain_paste(data, host_facts=host_facts, language=args.lang,
                                                     use_llm=not args.no_llm, host_versions=versions,
                                                     host_label=host_label)
@@ -247,10 +269,19 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
     lang = resolve_language(diagnosis, args.lang, pipeline.settings.llm_language)
     if args.json:
-        print(json.dumps(diagnosis_to_json(diagnosis, explanation, lang), ensure_ascii=False, indent=2))
-    else:
-        from bot.render import render_text
+        best = diagnosis.best.case_id if diagnosis.best and diagnosis.verdict != "unknown" else None
+        case = pipeline.kb.by_id().get(best) if best else None
+        out = diagnosis_to_json(diagnosis, explanation, lang, case=case)
+        if changes is not None:
+            from bot.since import changes_to_json
 
+            out = {"since": changes_to_json(changes), **out}
+        print(json.dumps(out, ensure_ascii=False, indent=2))
+    else:
+        from bot.render import render_since, render_text
+
+        if changes is not None:
+            print(render_since(changes, Path(args.since).name if args.since != "-" else "stdin", lang, _want_color()))
         print(render_text(diagnosis, pipeline, explanation, color=_want_color(), lang=lang,
                           verbose=bool(getattr(args, "verbose", False))))
     if args.plot:
@@ -291,12 +322,19 @@ def cmd_report_draft(args: argparse.Namespace) -> int:
         if report.hosts:
             host = report.hosts[0]
             env = environment_from_host({c.id: c.facts for c in host.checks}, host.host)
+    collect_env = None
+    if args.collect_env:
+        from bot.paste import decode_input
+
+        # through the entry like every user text: decoded and redacted once
+        collect_env = decode_input(_read_input(args.collect_env, _settings().max_input_bytes),
+                                   _settings().max_input_bytes).text
     data = _read_input(args.file, _settings().max_input_bytes)
     pipeline = _pipeline()
     diagnosis = pipeline.match(data)
     from bot.models import LogFacts
 
-    text = draft(diagnosis, diagnosis.facts or LogFacts(), env=env)
+    text = draft(diagnosis, diagnosis.facts or LogFacts(), env=env, collect_env=collect_env)
     if args.output:
         try:
             Path(args.output).write_text(text, encoding="utf-8")
@@ -395,12 +433,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", metavar="FILE.png", help="also draw the GPU memory picture from the log's numbers")
     p.add_argument("--host-report", metavar="REPORT.json",
                    help="output of `vllm-doctor diagnose HOST --json`: its findings go into the LLM prompt")
+    p.add_argument("--since", metavar="GOOD.log",
+                   help="a log of a run that worked: what changed (versions, engine args, memory) is shown first")
     p.set_defaults(func=cmd_explain)
 
     p = sub.add_parser("report-draft", help="draft a vLLM bug report (Markdown) from a log; nothing is sent")
     p.add_argument("file", nargs="?", help="log file, or - for stdin (default)")
     p.add_argument("--host-report", metavar="REPORT.json",
-                   help="output of `vllm-doctor diagnose HOST --json`: the environment section comes from it")
+                   help="output of `vllm-doctor diagnose HOST --json`: the environment section comes from it "
+                        "(the versions the log states win; both are shown when they differ)")
+    p.add_argument("--collect-env", metavar="FILE",
+                   help="output of `python -m vllm.collect_env` on the failing host: pasted as the environment")
     p.add_argument("-o", "--output", metavar="FILE.md", help="write the draft here instead of stdout")
     p.set_defaults(func=cmd_report_draft)
 

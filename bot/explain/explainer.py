@@ -49,6 +49,7 @@ from bot.explain.prompt import (
     fit_prompt,
 )
 from bot.explain.resilience import AnswerCache, CircuitBreaker
+from bot.fix_values import fitted_case
 from bot.i18n import case_cause, case_summary, step_text, t
 from bot.models import Confidence, Diagnosis, Explanation, Language
 from bot.ops import metrics
@@ -152,7 +153,7 @@ def kb_only_explanation(
 ) -> Explanation:
     """The answer straight from the best retrieved case; no LLM involved."""
     lang = resolve_language(diagnosis, language, setting)
-    best = cases[0] if cases else None
+    best = fitted_case(cases[0], diagnosis.fix_values) if cases else None  # commands filled from the log
     if best is None or diagnosis.verdict == "unknown":
         summary, steps = _NO_MATCH[lang]
         return Explanation("none", summary, "", list(steps), "low", lang, "kb", note)

@@ -19,6 +19,7 @@ import jinja2
 
 from bot.errors import LLMUnavailable
 from bot.explain.answer import AnswerLimits, answer_schema
+from bot.fix_values import fitted_case
 from bot.models import Diagnosis, Language, LogLine
 from bot.redact import redact
 
@@ -187,6 +188,7 @@ def build_draft(
     lang: Language,
 ) -> Draft:
     """Everything the prompt may hold, redacted and clipped; no network."""
+    cases = [fitted_case(c, diagnosis.fix_values) for c in cases]  # commands filled from the log (the LLM cites them)
     scores = {m.case_id: m for m in diagnosis.matches}
     items = [
         CaseItem(

@@ -54,7 +54,8 @@ def parse_fix(text: str) -> list[dict[str, str]]:
     steps: list[dict[str, str]] = []
     for line in _lines(text):
         if line.startswith("$ ") or line == "$":
-            command = line[1:].strip()
+            # `vllm serve MODEL` as people type it → the placeholder the log fills (kb.schema.PLACEHOLDERS)
+            command = re.sub(r"\b(MODEL_DIR|MODEL)\b", lambda m: "{" + m.group(1).lower() + "}", line[1:].strip())
             if not steps:
                 raise ValueError("a command line ($ …) must follow the step it belongs to")
             if not command:

@@ -36,7 +36,7 @@ def make_case(**overrides: Any) -> Case:
         signatures=["No available memory for the cache blocks"],
         cause="After loading the weights and profiling one forward pass, nothing was left for the KV cache.",
         fix=[
-            FixStep(text="Raise the fraction of GPU memory vLLM may use.", command="vllm serve MODEL --gpu-memory-utilization 0.95"),
+            FixStep(text="Raise the fraction of GPU memory vLLM may use.", command="vllm serve {model} --gpu-memory-utilization 0.95"),
             FixStep(text="Check that no other process holds GPU memory."),
         ],
         examples=[

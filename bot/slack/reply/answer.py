@@ -12,6 +12,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from bot.fix_values import fill, note_lines, step_lines
 from bot.i18n import Language, as_language, case_cause, localize_note, step_text, t
 from bot.models import Component, Diagnosis, Match
 from bot.render import answer_root, fact_text, shown_scores
@@ -160,10 +161,14 @@ def answer(
         if why_text:
             blocks.append(_section(why_text, "why"))
         steps = _steps(getattr(explanation, "fix_steps", None) or getattr(case, "fix", None) or [], lang)
+        steps = [(text, fill(command, getattr(diagnosis, "fix_values", None)) if command else None) for text, command in steps]
         if steps:
             fix_text, fix_cut = _fix_text(steps, lang)
             cut |= fix_cut
             blocks.append(_section(fix_text, "fix"))
+            fitted = _fit_lines(case, diagnosis, lang)
+            if fitted:
+                blocks.append(_context(fitted, "fix_values"))
         notes = [escape_limited(localize_note(n, lang), 300)[0] for n in best.notes]
         if notes:
             blocks.append(_context([f":pushpin: {n}" for n in notes[:3]], "case_notes"))
@@ -267,6 +272,16 @@ def _why_text(
         suffix = f"\n_{t('slack.writing_long', lang)}_" if llm_pending else ""
         return f"*{why}*\n{body}{suffix}", was_cut
     return (f"_{t('slack.writing_long', lang)}_" if llm_pending else ""), False
+
+
+def _fit_lines(case: Any, diagnosis: Diagnosis, lang: Language) -> list[str]:
+    """How the commands' computed values were worked out from the log, and notes on them (bot/fix_values.py)."""
+    values = getattr(diagnosis, "fix_values", None)
+    lines: list[str] = []
+    for step in getattr(case, "fix", None) or []:
+        lines += [f":abacus: {line}" for line in step_lines(getattr(step, "command", None), values, lang)]
+    lines += [f":warning: {note}" for note in note_lines(values, lang)]
+    return [escape_limited(line, 400)[0] for line in dict.fromkeys(lines)][:5]
 
 
 def _fix_text(steps: list[tuple[str, str | None]], lang: Language = "en") -> tuple[str, bool]:
