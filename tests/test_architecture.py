@@ -23,6 +23,8 @@ HEAVY = {
     "asyncssh": "bot/runner/ssh.py",
     "sentence_transformers": "indexer/encoder.py",
     "transformers": "indexer/encoder.py",
+    "onnxruntime": "indexer/onnx_encoder.py",
+    "tokenizers": "indexer/onnx_encoder.py",
     "faiss": "indexer/store.py",
     "bm25s": "indexer/lexical.py",
     "rjieba": "indexer/segment.py",
