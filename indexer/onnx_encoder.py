@@ -4,8 +4,9 @@ normalisation in numpy. The only module that imports onnxruntime and tokenizers.
 
 A cold query pays ~0.3 s (onnxruntime import + session) instead of ~6 s (torch + sentence-transformers).
 The ONNX file is derived locally from the packaged model (`indexer.encoder.export_onnx`, torch, ~10 s, once
-per machine and model) into `onnx_dir`, next to a sidecar JSON with the reference embeddings of a few probe
-texts computed by torch. On every first use the probes are embedded again and must agree (cosine ≥
+per machine and model) into `onnx_dir`, next to a sidecar JSON with its size, mtime and sha256 and the reference
+embeddings of a few probe texts computed by torch. On every first use the size and mtime are compared (the
+sha256 only when the mtime moved) and the probes are embedded again and must agree (cosine ≥
 PROBE_MIN_COSINE): a missing, truncated or altered file is exported again (one warning); when that is not
 possible (unwritable directory, exporter failing) the encoder answers through the torch path (one warning).
 Vectors of the two paths agree to cosine ≥ 0.999 (tests/test_onnx_encoder.py), but an index built by one
@@ -14,6 +15,7 @@ path carries its model id (`…:onnx`) in the manifest, so switching paths rebui
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -79,6 +81,11 @@ def _max_seq_length(model_dir: Path) -> int:
         return int(cfg["max_seq_length"])
     except (OSError, ValueError, KeyError, TypeError):
         return 256
+
+
+def _sha256(path: Path) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 class OnnxEncoder:
@@ -173,9 +180,18 @@ class OnnxEncoder:
             return "missing"
         try:
             meta = json.loads(self.sidecar_path.read_text(encoding="utf-8"))
-            size = self.onnx_path.stat().st_size
-            if size != int(meta["onnx_bytes"]):
-                return f"has {size} bytes, expected {meta['onnx_bytes']} (truncated or replaced)"
+            stat = self.onnx_path.stat()
+            if stat.st_size != int(meta["onnx_bytes"]):
+                return f"has {stat.st_size} bytes, expected {meta['onnx_bytes']} (truncated or replaced)"
+            if stat.st_mtime_ns != int(meta["onnx_mtime_ns"]):
+                # written since the export (or copied): the checksum decides (~0.1 s, only then)
+                if _sha256(self.onnx_path) != meta["onnx_sha256"]:
+                    return "does not match its checksum (altered in place)"
+                meta["onnx_mtime_ns"] = stat.st_mtime_ns
+                try:
+                    atomic_write_text(self.sidecar_path, json.dumps(meta) + "\n")
+                except OSError:
+                    pass  # read-only: the checksum is computed again next time
             reference = np.asarray(meta["probe_vectors"], dtype=np.float32)
         except (OSError, ValueError, KeyError, TypeError) as exc:
             return f"has an unreadable sidecar ({exc.__class__.__name__})"
@@ -219,19 +235,21 @@ class OnnxEncoder:
             tmp = self.onnx_path.with_name(f".{self.onnx_path.name}.{os.getpid()}.tmp")
             try:
                 reference = export_onnx(self.model_path, tmp, self._probe_ids(tokenizer))
+                os.replace(tmp, self.onnx_path)  # not trusted before the sidecar below names its checksum
+                stat = self.onnx_path.stat()
                 meta = {
                     "model_id": self._model_id,
                     "from": str(self.model_path),
                     "opset": ONNX_OPSET,
                     "inputs": list(ONNX_INPUTS),
-                    "onnx_bytes": tmp.stat().st_size,
+                    "onnx_bytes": stat.st_size,
+                    "onnx_mtime_ns": stat.st_mtime_ns,
+                    "onnx_sha256": _sha256(self.onnx_path),
                     "probe_texts": list(PROBE_TEXTS),
                     "probe_vectors": reference,
                     "exported_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                 }
-                # sidecar first, then the model: a crash in between leaves a size mismatch → exported again
                 atomic_write_text(self.sidecar_path, json.dumps(meta) + "\n")
-                os.replace(tmp, self.onnx_path)
             except EncoderUnavailable as exc:
                 return str(exc)
             except Exception as exc:  # torch's exporter raises many types; the fallback is the torch path
