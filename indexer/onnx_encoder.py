@@ -19,6 +19,8 @@ import hashlib
 import json
 import logging
 import os
+import shutil
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -105,7 +107,8 @@ class OnnxEncoder:
         self._model_id = base_id + BACKEND_SUFFIX
         fingerprint = base_id.rsplit(":", 1)[-1]
         directory = Path(onnx_dir).expanduser() if onnx_dir else self.model_path / ".onnx"
-        self.onnx_path = directory / f"minilm-{fingerprint}-opset{ONNX_OPSET}.onnx"
+        self.onnx_path = directory / f"minilm-{fingerprint}-opset{ONNX_OPSET}.onnx"  # the graph (~100 KB)
+        self.data_path = self.onnx_path.with_name(self.onnx_path.name + ".data")  # weights, memory-mapped
         self.sidecar_path = self.onnx_path.with_suffix(".json")
         self.batch_size = batch_size
         self.max_seq_length = _max_seq_length(self.model_path)
@@ -176,18 +179,23 @@ class OnnxEncoder:
         """Open the session and check the probes; "" when usable, else why ("missing" for no file)."""
         import onnxruntime as ort
 
-        if not self.onnx_path.is_file() or not self.sidecar_path.is_file():
+        if not all(p.is_file() for p in (self.onnx_path, self.data_path, self.sidecar_path)):
             return "missing"
         try:
             meta = json.loads(self.sidecar_path.read_text(encoding="utf-8"))
-            stat = self.onnx_path.stat()
-            if stat.st_size != int(meta["onnx_bytes"]):
-                return f"has {stat.st_size} bytes, expected {meta['onnx_bytes']} (truncated or replaced)"
-            if stat.st_mtime_ns != int(meta["onnx_mtime_ns"]):
-                # written since the export (or copied): the checksum decides (~0.1 s, only then)
-                if _sha256(self.onnx_path) != meta["onnx_sha256"]:
-                    return "does not match its checksum (altered in place)"
-                meta["onnx_mtime_ns"] = stat.st_mtime_ns
+            files = meta["files"]
+            moved = False
+            for path in (self.onnx_path, self.data_path):
+                expected, stat = files[path.name], path.stat()
+                if stat.st_size != int(expected["bytes"]):
+                    size = f"{stat.st_size} bytes in {path.name}, expected {expected['bytes']}"
+                    return f"has {size} (truncated or replaced)"
+                if stat.st_mtime_ns != int(expected["mtime_ns"]):
+                    # written since the export (or copied): the checksum decides (~0.1 s, only then)
+                    if _sha256(path) != expected["sha256"]:
+                        return f"does not match its checksum ({path.name} altered in place)"
+                    expected["mtime_ns"], moved = stat.st_mtime_ns, True
+            if moved:
                 try:
                     atomic_write_text(self.sidecar_path, json.dumps(meta) + "\n")
                 except OSError:
@@ -232,19 +240,22 @@ class OnnxEncoder:
                 return ""  # another process exported it while we waited
             self._session = None
             started = time.perf_counter()
-            tmp = self.onnx_path.with_name(f".{self.onnx_path.name}.{os.getpid()}.tmp")
+            tmp = Path(tempfile.mkdtemp(prefix=".export-", suffix=".tmp", dir=directory))
             try:
-                reference = export_onnx(self.model_path, tmp, self._probe_ids(tokenizer))
-                os.replace(tmp, self.onnx_path)  # not trusted before the sidecar below names its checksum
-                stat = self.onnx_path.stat()
+                reference = export_onnx(self.model_path, tmp / self.onnx_path.name, self._probe_ids(tokenizer))
+                # weights first, graph second, sidecar last: until the sidecar names them, they are not trusted
+                os.replace(tmp / self.data_path.name, self.data_path)
+                os.replace(tmp / self.onnx_path.name, self.onnx_path)
+                files = {}
+                for path in (self.onnx_path, self.data_path):
+                    stat = path.stat()
+                    files[path.name] = {"bytes": stat.st_size, "mtime_ns": stat.st_mtime_ns, "sha256": _sha256(path)}
                 meta = {
                     "model_id": self._model_id,
                     "from": str(self.model_path),
                     "opset": ONNX_OPSET,
                     "inputs": list(ONNX_INPUTS),
-                    "onnx_bytes": stat.st_size,
-                    "onnx_mtime_ns": stat.st_mtime_ns,
-                    "onnx_sha256": _sha256(self.onnx_path),
+                    "files": files,
                     "probe_texts": list(PROBE_TEXTS),
                     "probe_vectors": reference,
                     "exported_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -255,7 +266,7 @@ class OnnxEncoder:
             except Exception as exc:  # torch's exporter raises many types; the fallback is the torch path
                 return f"export failed ({exc.__class__.__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''})"
             finally:
-                tmp.unlink(missing_ok=True)
+                shutil.rmtree(tmp, ignore_errors=True)
             self.exported = True
             log.info("search model: exported to %s in %.1f s", self.onnx_path, time.perf_counter() - started)
             return ""

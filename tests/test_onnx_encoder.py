@@ -106,10 +106,10 @@ def test_a_damaged_onnx_file_is_exported_again_with_one_warning(tmp_path, caplog
     first = OnnxEncoder(onnx_dir=tmp_path)
     assert first.ensure_ready() == "onnx" and first.exported
     reference = first.encode(["NCCL watchdog timeout on rank 3"])
-    data = bytearray(first.onnx_path.read_bytes())
+    data = bytearray(first.data_path.read_bytes())
     middle = len(data) // 2
-    data[middle : middle + 4096] = bytes(4096)  # same size, weights zeroed: only the probe check sees it
-    first.onnx_path.write_bytes(bytes(data))
+    data[middle : middle + 4096] = bytes(4096)  # same size, some weights zeroed (rows the probes do not use)
+    first.data_path.write_bytes(bytes(data))
 
     caplog.set_level(logging.WARNING)
     again = OnnxEncoder(onnx_dir=tmp_path)
@@ -128,7 +128,8 @@ def test_truncated_onnx_file_in_an_unwritable_place_falls_back_to_torch(tmp_path
     shared.ensure_ready()
     target = tmp_path / "ro"
     target.mkdir()
-    (target / shared.onnx_path.name).write_bytes(shared.onnx_path.read_bytes()[:1000])
+    (target / shared.onnx_path.name).write_bytes(shared.onnx_path.read_bytes())
+    (target / shared.data_path.name).write_bytes(shared.data_path.read_bytes()[:1000])
     (target / shared.sidecar_path.name).write_bytes(shared.sidecar_path.read_bytes())
     target.chmod(0o555)
     try:
