@@ -247,6 +247,7 @@ def export_onnx(model_dir: Path, out_path: Path, probe_ids: list[list[int]]) -> 
         onnx.save_model(graph, str(out_path), save_as_external_data=True, all_tensors_to_one_file=True,
                         location=out_path.name + ".data", size_threshold=1024)
         single.unlink()
+        os.chmod(out_path.with_name(out_path.name + ".data"), 0o644)  # onnx writes it 0600; readers may be others
         reference = []
         for row in probe_ids:
             t = torch.tensor([row])
