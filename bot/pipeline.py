@@ -156,11 +156,22 @@ class Pipeline:
         """The embedding model, loaded once per process and only when a dense query needs it."""
         with self._lock:
             if self._encoder_instance is None:
-                from indexer.encoder import SentenceTransformerEncoder
-
-                self._encoder_instance = SentenceTransformerEncoder(self.settings.embed_model_path)
+                self._encoder_instance = self._make_encoder()
                 self._encoder_instance.progress = self.build_progress
             return self._encoder_instance
+
+    def _make_encoder(self) -> Any:
+        """The ONNX path (no torch import) unless VLLM_DOCTOR_ENCODER=torch or the model cannot run there."""
+        from indexer.encoder import SentenceTransformerEncoder
+
+        if self.settings.encoder == "onnx":
+            from indexer.onnx_encoder import OnnxEncoder, OnnxUnsupported
+
+            try:
+                return OnnxEncoder(self.settings.embed_model_path, onnx_dir=self.settings.onnx_dir)
+            except OnnxUnsupported as exc:
+                log.warning("search model: %s; using the torch path", exc)
+        return SentenceTransformerEncoder(self.settings.embed_model_path)
 
     def _open_index(self, kb: KnowledgeBase, force_rebuild: bool = False) -> Any:
         """Open the index. The KB is read again under the index's directory lock, so a case another
@@ -172,6 +183,8 @@ class Pipeline:
         newest = [kb]
 
         def reread() -> list[Case]:
+            if kb is self._kb and self._stamp() == self._kb_stamp:
+                return list(kb.cases)  # no case file added, removed or touched since: skip parsing ~200 YAMLs
             newest[0] = load_kb(self.cases_dir, strict=False)
             return list(newest[0].cases)
 
@@ -210,6 +223,15 @@ class Pipeline:
                 index = self.index  # first: opening it may move this pipeline to a newer KB
                 self._matcher = Matcher(self._kb, index, self.thresholds, priors=self._priors)
             return self._matcher
+
+    def warm_up(self) -> None:
+        """Open the index and run one query embedding now (a server's start, before it says ready), so the
+        first paste does not pay for them. A failure here is left for the first request to report."""
+        try:
+            _ = self.matcher
+            self.index.encoder().encode(["warm up"])
+        except Exception as exc:  # noqa: BLE001 - the same error reaches the first request, in its words
+            log.warning("warm-up failed (%s: %s); the first request will try again", type(exc).__name__, exc)
 
     @property
     def question_matcher(self) -> QuestionMatcher:

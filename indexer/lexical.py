@@ -10,6 +10,7 @@ searches with both.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 import os
@@ -17,10 +18,9 @@ import re
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
-import bm25s
 import numpy as np
-from bm25s.stopwords import STOPWORDS_EN
 
 from indexer.segment import chinese_tokens, vocabulary_version
 
@@ -34,11 +34,28 @@ _PLACEHOLDER_RE = re.compile(r"<(?:num|hex|path|ip|uuid)>")
 _COMPOUND_RE = re.compile(r"[A-Za-z0-9_]+(?:[.\-][A-Za-z0-9_]+)*")
 _PART_RE = re.compile(r"[A-Za-z0-9]+")
 _CAMEL_RE = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
-_STOPWORDS = frozenset(STOPWORDS_EN)
 
-# bm25s sets its own logger to DEBUG at import, so "Building index from tokens" reached every handler
-# (the CLI's stderr included) whatever the root level; give the application back the say.
-logging.getLogger("bm25s").setLevel(logging.WARNING)
+
+def _english_stopwords() -> frozenset[str]:
+    """bm25s's English stop words, read from its stopwords module without importing the package: `import
+    bm25s` pulls in scipy (~0.2-0.9 s), and a query needs neither (only building an index does)."""
+    spec = importlib.util.find_spec("bm25s")
+    if spec is None or spec.origin is None:  # pragma: no cover - a hard dependency
+        raise ImportError("bm25s is not installed")
+    words_spec = importlib.util.spec_from_file_location(
+        "_bm25s_stopwords", Path(spec.origin).with_name("stopwords.py")
+    )
+    if words_spec is None or words_spec.loader is None:  # pragma: no cover
+        raise ImportError("bm25s.stopwords not found")
+    module = importlib.util.module_from_spec(words_spec)
+    words_spec.loader.exec_module(module)
+    return frozenset(module.STOPWORDS_EN)
+
+
+_STOPWORDS = _english_stopwords()
+# The files bm25s writes (and reads back); a stored index is read here with numpy alone.
+_ARRAYS = ("data", "indices", "indptr")
+_VOCAB_FILE, _PARAMS_FILE = "vocab.index.json", "params.index.json"
 
 
 class LexicalError(Exception):
@@ -67,32 +84,54 @@ def tokenize(text: str) -> list[str]:
 
 
 class LexicalIndex:
-    """BM25 scores for every document. Row i is document i of the caller's list."""
+    """BM25 scores for every document. Row i is document i of the caller's list.
 
-    def __init__(self, bm25: bm25s.BM25 | None, n_docs: int):
-        self._bm25 = bm25
+    Built with bm25s (imported only then); held and stored as bm25s's own arrays (per-term posting lists
+    of precomputed scores, CSC) and vocabulary, which a query reads with numpy alone."""
+
+    def __init__(
+        self,
+        postings: dict[str, np.ndarray] | None,
+        vocab: dict[str, int] | None,
+        params: dict[str, Any] | None,
+        n_docs: int,
+    ):
+        self._postings = postings
+        self._vocab = vocab
+        self._params = params or {}
         self.n_docs = n_docs
 
     @classmethod
     def build(cls, texts: list[str]) -> LexicalIndex:
         corpus = [tokenize(t) for t in texts]
         if not any(corpus):  # bm25s cannot index an empty vocabulary
-            return cls(None, len(texts))
+            return cls(None, None, None, len(texts))
+        import bm25s
+
+        # bm25s sets its own logger to DEBUG at import, so "Building index from tokens" reached every handler
+        # (the CLI's stderr included) whatever the root level; give the application back the say.
+        logging.getLogger("bm25s").setLevel(logging.WARNING)
         bm25 = bm25s.BM25()
         bm25.index(corpus, show_progress=False)
-        return cls(bm25, len(texts))
+        with tempfile.TemporaryDirectory(prefix="bm25-") as tmp:  # bm25s's params, exactly as it saves them
+            bm25.save(tmp, show_progress=False)
+            params = json.loads((Path(tmp) / _PARAMS_FILE).read_text(encoding="utf-8"))
+        postings = {name: np.asarray(bm25.scores[name]) for name in _ARRAYS}
+        vocab = {str(k): int(v) for k, v in bm25.vocab_dict.items()}
+        return cls(postings, vocab, params, len(texts))
 
     def scores(self, query: str) -> np.ndarray:
         """Raw BM25 score of every document for this query (zeros when no query token is known)."""
-        if self._bm25 is None:
+        if self._postings is None or self._vocab is None:
             return np.zeros(self.n_docs, dtype=np.float32)
-        vocab = self._bm25.vocab_dict
+        vocab = self._vocab
         # Each distinct query term counts once: a pasted log repeats "error" dozens of times.
         known = sorted({vocab[t] for t in tokenize(query) if t and t in vocab})
         scores = np.zeros(self.n_docs, dtype=np.float32)
-        index = self._bm25.scores
-        data, indices, indptr = index["data"], index["indices"], index["indptr"]
+        data, indices, indptr = self._postings["data"], self._postings["indices"], self._postings["indptr"]
         for token_id in known:
+            if token_id + 1 >= len(indptr):
+                continue  # bm25s's vocabulary ends with the empty token, which has no posting list
             start, end = int(indptr[token_id]), int(indptr[token_id + 1])
             # a posting list has each document once, so fancy-index += is exact (and ~20x faster than
             # np.add.at, which bm25s uses)
@@ -111,14 +150,19 @@ class LexicalIndex:
         return scores[top], top.astype(np.int64)
 
     def save(self, directory: Path) -> None:
-        """Write into a fresh directory: built in a temp dir next to it, then renamed into place."""
+        """Write into a fresh directory: built in a temp dir next to it, then renamed into place. The files
+        are bm25s's (`bm25s.BM25.load` reads them)."""
         directory = Path(directory)
         tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", suffix=".tmp", dir=directory.parent))
         try:
             os.chmod(tmp, 0o755)  # mkdtemp makes 0700
-            meta = {"tokenizer": TOKENIZER_VERSION, "n_docs": self.n_docs, "empty": self._bm25 is None}
-            if self._bm25 is not None:
-                self._bm25.save(str(tmp), show_progress=False)
+            empty = self._postings is None or self._vocab is None
+            meta = {"tokenizer": TOKENIZER_VERSION, "n_docs": self.n_docs, "empty": empty}
+            if self._postings is not None and self._vocab is not None:
+                for name in _ARRAYS:
+                    np.save(tmp / f"{name}.csc.index.npy", self._postings[name])
+                (tmp / _VOCAB_FILE).write_text(json.dumps(self._vocab, ensure_ascii=False), encoding="utf-8")
+                (tmp / _PARAMS_FILE).write_text(json.dumps(self._params, indent=4), encoding="utf-8")
             (tmp / "meta.json").write_text(json.dumps(meta), encoding="utf-8")
             os.replace(tmp, directory)
         except BaseException:
@@ -136,13 +180,28 @@ class LexicalIndex:
                 )
             n_docs = int(meta["n_docs"])
             if meta.get("empty"):
-                return cls(None, n_docs)
-            bm25 = bm25s.BM25.load(str(directory), show_progress=False)
-            stored_docs = int(bm25.scores["num_docs"])
+                return cls(None, None, None, n_docs)
+            postings = {
+                name: np.load(directory / f"{name}.csc.index.npy", allow_pickle=False) for name in _ARRAYS
+            }
+            vocab = json.loads((directory / _VOCAB_FILE).read_text(encoding="utf-8"))
+            params = json.loads((directory / _PARAMS_FILE).read_text(encoding="utf-8"))
+            if not isinstance(vocab, dict) or not isinstance(params, dict):
+                raise TypeError("vocabulary or parameters are not JSON objects")
+            stored_docs = int(params["num_docs"])
+            indptr, indices, n_postings = postings["indptr"], postings["indices"], len(postings["data"])
+            if (
+                indices.shape != (n_postings,)
+                or indptr.ndim != 1
+                or (len(indptr) and int(indptr[-1]) != n_postings)
+                or (n_postings and not 0 <= int(indices.min()) <= int(indices.max()) < n_docs)
+                or any(not isinstance(v, int) or not 0 <= v < len(indptr) for v in vocab.values())
+            ):
+                raise ValueError("posting arrays do not fit together")
         except LexicalError:
             raise
-        except Exception as exc:  # bm25s/numpy/json raise many kinds on truncated or garbled files
+        except Exception as exc:  # numpy/json raise many kinds on truncated or garbled files
             raise LexicalError(f"unreadable BM25 index in {directory} ({type(exc).__name__}: {exc})") from exc
         if stored_docs != n_docs:
             raise LexicalError(f"BM25 index holds {stored_docs} documents, metadata says {n_docs}")
-        return cls(bm25, n_docs)
+        return cls(postings, vocab, params, n_docs)

@@ -12,8 +12,7 @@ import hashlib
 import re
 import threading
 from collections.abc import Iterable
-
-import rjieba
+from types import ModuleType
 
 from kb.glossary import default_glossary
 
@@ -30,6 +29,20 @@ STOPWORDS_ZH = frozenset(
 
 _lock = threading.Lock()
 _words_added: set[str] = set()
+_words_in_order: list[str] = []  # jieba suggests an added word's frequency from the dictionary so far
+_segmenter: ModuleType | None = None  # rjieba, imported (~0.3 s, its dictionary) on the first Chinese text
+
+
+def _rjieba() -> ModuleType:
+    global _segmenter
+    with _lock:
+        if _segmenter is None:
+            import rjieba
+
+            for word in _words_in_order:
+                rjieba.add_word(word, None, None)
+            _segmenter = rjieba
+        return _segmenter
 
 
 def add_words(words: Iterable[str]) -> None:
@@ -38,8 +51,10 @@ def add_words(words: Iterable[str]) -> None:
         for word in words:
             w = word.strip()
             if w and " " not in w and w not in _words_added and _CJK_RUN_RE.search(w):
-                rjieba.add_word(w, None, None)
                 _words_added.add(w)
+                _words_in_order.append(w)
+                if _segmenter is not None:
+                    _segmenter.add_word(w, None, None)
 
 
 def vocabulary_version() -> str:
@@ -52,8 +67,12 @@ def vocabulary_version() -> str:
 def chinese_tokens(text: str) -> list[str]:
     """Search-mode words of every run of Chinese characters in `text` (other scripts are ignored)."""
     out: list[str] = []
-    for run in _CJK_RUN_RE.findall(text):
-        for word in rjieba.cut_for_search(run):
+    runs = _CJK_RUN_RE.findall(text)
+    if not runs:
+        return out  # no Chinese: rjieba is not even imported
+    segmenter = _rjieba()
+    for run in runs:
+        for word in segmenter.cut_for_search(run):
             if word not in STOPWORDS_ZH and _CJK_RUN_RE.fullmatch(word):
                 out.append(word)
     return out

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,11 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# The ONNX export of MiniLM (indexer/onnx_encoder.py, ~10 s with torch) is made once per machine and user,
+# outside ~/.cache; every test process and CLI subprocess shares it. Tests of the export itself use their own.
+os.environ.setdefault(
+    "VLLM_DOCTOR_ONNX_DIR", str(Path(tempfile.gettempdir()) / f"vllm-doctor-test-onnx-{os.getuid()}")
+)
 
 REPO = Path(__file__).resolve().parent.parent
 EVAL_DIR = REPO / "tests" / "eval"

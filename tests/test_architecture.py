@@ -23,6 +23,9 @@ HEAVY = {
     "asyncssh": "bot/runner/ssh.py",
     "sentence_transformers": "indexer/encoder.py",
     "transformers": "indexer/encoder.py",
+    "onnxruntime": "indexer/onnx_encoder.py",
+    "onnx": "indexer/encoder.py",  # the export only
+    "tokenizers": "indexer/onnx_encoder.py",
     "faiss": "indexer/store.py",
     "bm25s": "indexer/lexical.py",
     "rjieba": "indexer/segment.py",

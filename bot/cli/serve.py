@@ -33,6 +33,7 @@ def run(args: argparse.Namespace, settings: Any) -> int:
     configure_logging(settings.log_format)
     print("loading the knowledge base and the embedding model…", file=sys.stderr)
     doctor = Pipeline.from_settings(settings)
+    doctor.warm_up()  # /readyz answers once a paste can be answered at warm speed (ONNX path: ~1 s)
     bot = SlackBot(settings, doctor, http=args.http, host=args.host, port=args.port)
 
     def _terminate(signum: int, _frame: Any) -> None:

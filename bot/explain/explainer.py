@@ -39,7 +39,6 @@ from bot.explain.answer import (
     answer_schema,
     parse_answer,
 )
-from bot.explain.llm import ChatResult, LLMClient, ServerInfo
 from bot.explain.prompt import (
     LANGUAGE_NAMES,
     Draft,
@@ -55,6 +54,8 @@ from bot.models import Confidence, Diagnosis, Explanation, Language
 from bot.ops import metrics
 
 if TYPE_CHECKING:
+    # openai (~1-2 s to import) loads only when an LLM is configured: a KB-only answer never needs it
+    from bot.explain.llm import ChatResult, LLMClient, ServerInfo
     from bot.settings import Settings
     from kb.schema import Case
 
@@ -205,6 +206,8 @@ class Explainer:
             raise ConfigError(
                 f"VLLM_BASE_URL must be an http(s) URL such as http://127.0.0.1:8000/v1, got {url!r}"
             )
+        from bot.explain.llm import LLMClient
+
         client = LLMClient(url, api_key=settings.vllm_api_key, model=settings.vllm_model)
         breaker: Any = CircuitBreaker(settings.llm_breaker_failures, settings.llm_breaker_cooldown_s)
         cache: Any = AnswerCache(settings.llm_cache_size)
@@ -313,6 +316,8 @@ class Explainer:
                 return
             prompt = fit_prompt(draft, self.client, info, deadline, self.max_answer_tokens)
             timings["prepare_ms"] = ms()
+            from bot.explain.llm import ChatResult
+
             result = ChatResult()
             llm_started = time.monotonic()
             if streaming:
