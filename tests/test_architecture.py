@@ -31,8 +31,11 @@ HEAVY = {
     "prometheus_client": "bot/ops/metrics.py",
     "matplotlib": "bot/pictures.py",
     "ahocorasick_rs": "indexer/literals.py",
+    "sklearn": "bot/ranker_train.py",
 }
-EVAL_HARNESS = ("bot.evaluate", "bot.eval_tuning", "bot.eval_variants", "bot.question_eval")
+EVAL_HARNESS = (
+    "bot.evaluate", "bot.eval_tuning", "bot.eval_variants", "bot.question_eval", "bot.ranker_train", "bot.eval_replay",
+)
 LAYERS = ("kb", "indexer", "stages", "pipeline", "eval harness", "edges")
 
 
