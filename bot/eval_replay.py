@@ -17,6 +17,7 @@ own: a draft that joins two of them counts as impure).
 from __future__ import annotations
 
 import json
+import pickle
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -79,8 +80,8 @@ def _root_line(distilled: Distilled) -> str | None:
 
 
 def replay(doctor: Pipeline, rows: Sequence[dict[str, Any]], min_pastes: int = MIN_PASTES,
-           healthy_dir: Path | None = None) -> ReplayResult:
-    matching = CachedMatching(doctor.kb, doctor.index, doctor.distil)
+           healthy_dir: Path | None = None, matching: CachedMatching | None = None) -> ReplayResult:
+    matching = matching or CachedMatching(doctor.kb, doctor.index, doctor.distil)
     matcher = Matcher(doctor.kb, matching.index, params=MatchParams(), ranker=doctor.matcher.ranker)
     healthy = healthy_logs(healthy_dir)
     examples = [cleaned_lines(ex.log) for c in doctor.kb.cases for ex in c.examples]
@@ -143,7 +144,14 @@ def replay(doctor: Pipeline, rows: Sequence[dict[str, Any]], min_pastes: int = M
 
 def run_replay(path: Path, doctor: Pipeline, as_json: bool) -> int:
     rows = load_labelled(path)
-    result = replay(doctor, rows)
+    matching = CachedMatching(doctor.kb, doctor.index, doctor.distil)
+    cache = Path(".cache/ranker-matching.pkl")  # vllm-doctor train's distillations and searches, when present
+    if cache.is_file():
+        try:
+            matching.restore(pickle.loads(cache.read_bytes()))
+        except (OSError, pickle.UnpicklingError, EOFError, AttributeError, TypeError, ValueError):
+            pass
+    result = replay(doctor, rows, matching=matching)
     if not as_json:
         for d in result.drafts:
             print(f"draft ({len(d.logs)} pastes): {d.title}\n  signature: {d.pattern}\n  logs: "

@@ -50,8 +50,8 @@ if TYPE_CHECKING:
 TARGET_PRECISION = 0.97
 P_UNCERTAIN = 0.25
 DEFAULT_SEED = 26
-INNER_FOLDS = 4
-GBM = {"n_estimators": 100, "max_depth": 3, "learning_rate": 0.1, "subsample": 0.8, "min_samples_leaf": 5}
+INNER_FOLDS = 3
+GBM = {"n_estimators": 60, "max_depth": 3, "learning_rate": 0.15, "subsample": 0.8, "min_samples_leaf": 5}
 SIGNATURE_FEATURES = (
     "strong", "signature", "sig_root", "sig_quiet", "unexplained", "earliest", "frames", "fact_rule",
     "version_penalty", "first_hit", "role_cause", "role_symptom", "role_advisory", "n_signature", "n_candidates",

@@ -136,3 +136,16 @@ def test_blind_file_is_not_what_the_shipped_ranker_was_trained_on() -> None:
     data = json.loads(DEFAULT_ARTIFACT.read_text())
     n_dev = len(labelled_logs(load_labelled(DEV)))
     assert data["trained_on"]["logs"] <= n_dev
+
+
+def test_the_setting_selects_learned_or_fixed_and_a_missing_artifact_warns(settings, tmp_path, caplog) -> None:
+    from bot.pipeline import Pipeline
+
+    learned = Pipeline.from_settings(settings.model_copy(update={"ranker": "learned"}))
+    assert learned.matcher.ranker is not None
+    fixed = Pipeline.from_settings(settings.model_copy(update={"ranker": "fixed"}))
+    assert fixed.matcher.ranker is None
+    missing = Pipeline.from_settings(settings.model_copy(update={"ranker_path": tmp_path / "gone.json"}))
+    with caplog.at_level("WARNING"):
+        assert missing.matcher.ranker is None
+    assert any("fixed ranking used" in r.getMessage() for r in caplog.records)
