@@ -154,6 +154,12 @@ class _MemoIndex:
             self._cache[key] = list(self._index.search(query, k=k))
         return self._cache[key]
 
+    def snapshot(self) -> dict[tuple[str, int], Sequence[SearchHit]]:
+        return dict(self._cache)
+
+    def restore(self, searches: dict[tuple[str, int], Sequence[SearchHit]]) -> None:
+        self._cache.update(searches)
+
 
 class CachedMatching:
     """Outcome of a paste under given MatchParams; distillation, searches and outcomes are memoised."""
@@ -165,6 +171,24 @@ class CachedMatching:
         self._distilled: dict[str, tuple[Distilled, LogFacts] | None] = {}
         self._matchers: dict[tuple[MatchParams, Fusion], Matcher] = {}
         self._outcomes: dict[tuple[MatchParams, Fusion, Mode, str], tuple[tuple[str, ...], Verdict, float]] = {}
+
+    @property
+    def index(self) -> SearchIndex:
+        """The memoised index (each distinct query searched once)."""
+        return self._index
+
+    def snapshot(
+        self,
+    ) -> tuple[dict[str, tuple[Distilled, LogFacts] | None], dict[tuple[str, int], Sequence[SearchHit]]]:
+        """The distillations and searches so far (bot/ranker_train.py keeps them in a cache file)."""
+        return dict(self._distilled), self._index.snapshot()
+
+    def restore(
+        self, data: tuple[dict[str, tuple[Distilled, LogFacts] | None], dict[tuple[str, int], Sequence[SearchHit]]]
+    ) -> None:
+        distilled, searches = data
+        self._distilled.update(distilled)
+        self._index.restore(searches)
 
     def distilled(self, log: str) -> tuple[Distilled, LogFacts] | None:
         """The distilled paste and the facts it states (both what the product ranks on), or None."""

@@ -19,6 +19,7 @@ from typing import Literal, Protocol
 from bot.frames import FrameIndex, cut_frames
 from bot.i18n import t
 from bot.models import Distilled, Evidence, LogFacts, LogLine, Match, Verdict, WrappedLine
+from bot.ranker import Candidate, PasteContext
 from bot.versions import Versions, check_case, known_versions
 from indexer.text import mask
 from kb.loader import KnowledgeBase
@@ -80,6 +81,14 @@ class SearchHit(Protocol):
 
 class SearchIndex(Protocol):
     def search(self, query: str, k: int = 10) -> Sequence[SearchHit]: ...
+
+
+class Rescorer(Protocol):
+    """The learned ranker (bot/ranker.py BoundRanker): a new score per candidate, None to keep the fixed one."""
+
+    def rescore(
+        self, cands: Sequence[Candidate], ctx: PasteContext, match: float, uncertain: float
+    ) -> list[float | None]: ...
 
 
 @dataclass(frozen=True)
@@ -263,11 +272,14 @@ class Matcher:
         fusion: Fusion = "weighted",
         priors: Mapping[str, float] | None = None,
         params: MatchParams | None = None,
+        ranker: Rescorer | None = None,
     ):
         """priors: optional case id → small score adjustment from user feedback (clamped to ±MAX_PRIOR).
 
-        thresholds, when given, override the ones in params (settings overrides)."""
+        thresholds, when given, override the ones in params (settings overrides). ranker: the learned ranker
+        (VLLM_DOCTOR_RANKER=learned, bot/ranker.py); None: the fixed fusion."""
         self.params = params or MatchParams()
+        self.ranker = ranker
         self.kb = kb
         self.priors = priors
         self.cases = kb.by_id()
@@ -335,6 +347,8 @@ class Matcher:
         entries = [e for e in entries if e not in noticed]
         self._demote_secondary(entries, s)
         earliest = self._earliest_cause(entries, s.sig_hits)
+        if self.ranker is not None and entries:
+            self._apply_ranker(self.ranker, entries, s, distilled, earliest)
         # Two failures in one paste: the earliest root error is the answer (what came after may be its
         # consequence, or a second problem); score decides among the rest.
         entries.sort(key=lambda e: (e.strong, e.case.id == earliest, e.score), reverse=True)
@@ -464,6 +478,38 @@ class Matcher:
             parts["prior"] = round(prior, 4)
         parts["score"] = round(score, 4)
         return _Entry(case, score, strong, bool(hits), unexplained, parts, notes)
+
+    def _apply_ranker(
+        self, ranker: Rescorer, entries: list[_Entry], s: _PasteSignals, distilled: Distilled, earliest: str | None
+    ) -> None:
+        """The learned ranker's score replaces the fused one (in place) where it knows the case; the order of
+        strong evidence and the role demotions stay the matcher's."""
+        total = max(distilled.total_lines, 1)
+        cands = []
+        for e in entries:
+            hits = s.sig_hits.get(e.case.id, [])
+            cands.append(Candidate(
+                case_id=e.case.id, role=e.case.role, score=e.score, strong=e.strong, signature=e.signature,
+                sig_root=any(h.line.line_no in s.root_lines and h.line.level not in _QUIET for h in hits),
+                sig_quiet=bool(hits) and all(h.line.level in _QUIET for h in hits),
+                unexplained=e.unexplained, earliest=e.case.id == earliest,
+                dense=float(e.parts.get("dense", 0.0)), bm25=float(e.parts.get("bm25", 0.0)),
+                retrieval=float(e.parts.get("retrieval", 0.0)), frames=float(e.parts.get("frames", 0.0)),
+                fact_rule="fact_rule" in e.parts, version_penalty="fixed_version" in e.parts,
+                first_hit=min((h.line.line_no for h in hits), default=total) / total,
+                plain_text="plain_text" in e.parts,
+            ))
+        ctx = PasteContext(distilled.total_lines, distilled.truncated, len(distilled.root_errors), distilled.quiet_only)
+        new = ranker.rescore(cands, ctx, self.thresholds.match, self.thresholds.uncertain)
+        for e, c, score in zip(entries, cands, new, strict=True):
+            if score is None or e.score < MIN_SCORE:  # unknown to the model, or noise the fixed ranking drops
+                continue
+            if c.role == "advisory" and c.sig_quiet and not c.fact_rule and not distilled.quiet_only:
+                score = min(score, self.thresholds.match - 0.01)  # a start-up hint is never a confident answer
+            e.parts["fixed_score"] = round(e.score, 4)
+            e.score = max(0.0, score + self._prior(e.case.id))
+            e.parts["score"] = round(e.score, 6)
+        self._demote_secondary(entries, s)
 
     def _cap_top(
         self, matches: list[Match], s: _PasteSignals, distilled: Distilled, first_failure: LogLine | None

@@ -44,6 +44,7 @@ from bot.models import (
 )
 from bot.ops import metrics
 from bot.paste import Paste, decode_input
+from bot.ranker import DEFAULT_ARTIFACT, BoundRanker, load_for_kb
 from bot.root import find_root
 from bot.settings import Settings, get_settings, require_cases_dir
 from bot.versions import known_versions
@@ -148,7 +149,8 @@ class Pipeline:
             self._keywords = extra_keywords(signature_literals(kb.cases))
             if self._index is not None:
                 self._index = self._open_index(kb)  # incremental: only changed cases are re-embedded
-                self._matcher = Matcher(self._kb, self._index, self.thresholds, priors=self._priors)
+                self._matcher = Matcher(self._kb, self._index, self.thresholds, priors=self._priors,
+                                        ranker=self._ranker(self._kb))
             self._question_matcher = None
             return True
 
@@ -209,6 +211,16 @@ class Pipeline:
             self._question_matcher = None
             return self._index
 
+    def _ranker(self, kb: KnowledgeBase) -> BoundRanker | None:
+        """The learned ranker for this KB (VLLM_DOCTOR_RANKER=learned), or None: the fixed fusion. A missing or
+        stale artifact is one warning line, never a crash."""
+        if self.settings.ranker != "learned":
+            return None
+        ranker, warning = load_for_kb(self.settings.ranker_path or DEFAULT_ARTIFACT, kb.cases)
+        if warning:
+            log.warning("%s", warning)
+        return ranker
+
     @property
     def index(self) -> Any:
         with self._lock:
@@ -221,7 +233,8 @@ class Pipeline:
         with self._lock:
             if self._matcher is None:
                 index = self.index  # first: opening it may move this pipeline to a newer KB
-                self._matcher = Matcher(self._kb, index, self.thresholds, priors=self._priors)
+                self._matcher = Matcher(self._kb, index, self.thresholds, priors=self._priors,
+                                        ranker=self._ranker(self._kb))
             return self._matcher
 
     def warm_up(self) -> None:

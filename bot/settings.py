@@ -154,6 +154,12 @@ class CoreSettings(BaseModel):
         allow_inf_nan=False,
         description="Override the calibrated score above which the verdict is 'uncertain' (else 'unknown').",
     )
+    ranker: Literal["learned", "fixed"] = Field(
+        "learned",
+        description="'learned': the trained ranker (kb/ranker/ranker.json, `vllm-doctor train`) rescores the cases "
+        "it knows; 'fixed': the fixed fusion arithmetic. A missing or stale artifact falls back to 'fixed'.",
+    )
+    ranker_path: Path | None = Field(None, description="Another ranker artifact than the shipped one.")
 
     @model_validator(mode="after")
     def _uncertain_below_match(self) -> CoreSettings:

@@ -35,8 +35,11 @@ HEAVY = {
     "matplotlib": "bot/pictures.py",
     "ahocorasick_rs": "indexer/literals.py",
     "re2": "bot/kb_growth/regex_safety.py",
+    "sklearn": "bot/ranker_train.py",
 }
-EVAL_HARNESS = ("bot.evaluate", "bot.eval_tuning", "bot.eval_variants", "bot.question_eval")
+EVAL_HARNESS = (
+    "bot.evaluate", "bot.eval_tuning", "bot.eval_variants", "bot.question_eval", "bot.ranker_train", "bot.eval_replay",
+)
 LAYERS = ("kb", "indexer", "stages", "pipeline", "eval harness", "edges")
 
 

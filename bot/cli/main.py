@@ -413,8 +413,22 @@ def cmd_index(args: argparse.Namespace) -> int:
 
 
 # -- eval ------------------------------------------------------------------------------------------
+def cmd_train(args: argparse.Namespace) -> int:
+    from bot.ranker_train import run_train
+
+    return run_train(args, _pipeline())
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
     from bot.evaluate import run_eval
+
+    if args.replay:
+        from bot.eval_replay import run_replay
+
+        path = Path(args.labelled)
+        if not path.is_file():
+            raise UserInputError(f"no such file: {path}")
+        return run_replay(path, _pipeline(), args.json)
 
     return run_eval(args, _pipeline())
 
@@ -486,7 +500,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--variants", help="comma list of clean,noisy,truncated,two-failures (default: all)")
     p.add_argument("--warnings", help="start-up warning lines mixed into the noisy variant "
                    "(default: startup_warnings.txt next to the labelled file)")
+    p.add_argument("--replay", action="store_true", help="replay the logs in order through the team-learning loop "
+                   "(unknowns clustered, cases drafted and accepted); last line: JSON figures")
     p.set_defaults(func=cmd_eval)
+
+    p = sub.add_parser("train", help="train the learned ranker on labelled logs (kb/ranker/ranker.json)")
+    p.add_argument("labelled", nargs="?", default="tests/eval/dev.jsonl", help="labelled JSONL (default: dev set)")
+    p.add_argument("--out", help="artifact path (default: kb/ranker/ranker.json)")
+    p.add_argument("--seed", type=int, default=26)
+    p.add_argument("--cache", default=".cache/ranker-matching.pkl",
+                   help="keep distillations and searches here between runs ('' for none)")
+    p.add_argument("--kfold", action="store_true", help="print the held-back ablation table instead of training")
+    p.add_argument("--folds", type=int, default=5)
+    p.add_argument("--blind", help="with --kfold: also score this blind file once, trained on all labelled logs")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("diagnose", help="run the host check catalogue (SSH or --local)")
     try:

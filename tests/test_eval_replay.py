@@ -1,0 +1,61 @@
+"""The team-learning loop replayed (bot/eval_replay.py, `vllm-doctor eval FILE --replay`) on real logs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from bot.cli.main import main
+from bot.eval_replay import replay
+from bot.evaluate import load_labelled
+
+DEV = Path(__file__).resolve().parent / "eval" / "dev.jsonl"
+
+
+def _uncovered_with_a_root_line(doctor, n: int) -> list[dict]:
+    out = []
+    for row in load_labelled(DEV):
+        if row["expected"]:
+            continue
+        distilled, _ = doctor.distil(row["log"])
+        if any(r.kind != "frame" and "Traceback" not in r.text for r in distilled.root_errors):
+            out.append(row)
+        if len(out) == n:
+            return out
+    return out
+
+
+def test_the_same_unknown_failure_from_two_threads_becomes_one_draft_answering_the_third(doctor) -> None:
+    row = _uncovered_with_a_root_line(doctor, 1)[0]
+    rows = [{**row, "id": f"copy-{i}", "source": f"https://github.com/o/r/issues/{i}", "label": "same"}
+            for i in range(3)]
+    result = replay(doctor, rows)
+    assert len(result.drafts) == 1
+    assert result.drafts[0].logs == [0, 1]  # drafted when the second thread pasted it
+    assert result.purity() == 1.0 and result.false_drafts == 0
+    assert result.answered_after == result.answered_before + 1  # the third paste is answered by the draft
+
+
+def test_one_thread_pasting_twice_drafts_nothing(doctor) -> None:
+    row = _uncovered_with_a_root_line(doctor, 1)[0]
+    rows = [{**row, "id": f"copy-{i}", "source": "https://github.com/o/r/issues/1"} for i in range(2)]
+    assert replay(doctor, rows).drafts == []
+
+
+def test_a_draft_firing_on_a_log_of_another_label_is_a_false_draft(doctor) -> None:
+    row = _uncovered_with_a_root_line(doctor, 1)[0]
+    rows = [{**row, "id": f"c{i}", "source": f"https://x/{i}", "label": "a" if i < 2 else "b"} for i in range(3)]
+    result = replay(doctor, rows)
+    assert len(result.drafts) == 1 and result.false_drafts == 1
+
+
+def test_replay_cli_prints_the_figures_as_the_last_line(doctor, settings, tmp_path, capsys, monkeypatch) -> None:
+    rows = _uncovered_with_a_root_line(doctor, 2)
+    path = tmp_path / "replay.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n", encoding="utf-8")
+    monkeypatch.setenv("VLLM_DOCTOR_INDEX_DIR", str(settings.index_dir))
+    monkeypatch.setenv("VLLM_DOCTOR_KB_DB_PATH", str(settings.kb_db_path))
+    assert main(["eval", str(path), "--replay", "--json"]) == 0
+    last = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert {"drafts", "purity", "answered_before", "answered_after", "false_drafts"} <= set(last)
+    assert last["logs"] == 2
