@@ -237,15 +237,6 @@ class Pipeline:
                                         ranker=self._ranker(self._kb))
             return self._matcher
 
-    def warm_up(self) -> None:
-        """Open the index and run one query embedding now (a server's start, before it says ready), so the
-        first paste does not pay for them. A failure here is left for the first request to report."""
-        try:
-            _ = self.matcher
-            self.index.encoder().encode(["warm up"])
-        except Exception as exc:  # noqa: BLE001 - the same error reaches the first request, in its words
-            log.warning("warm-up failed (%s: %s); the first request will try again", type(exc).__name__, exc)
-
     @property
     def question_matcher(self) -> QuestionMatcher:
         with self._lock:

@@ -33,7 +33,8 @@ def run(args: argparse.Namespace, settings: Any) -> int:
     configure_logging(settings.log_format)
     print("loading the knowledge base and the embedding model…", file=sys.stderr)
     doctor = Pipeline.from_settings(settings)
-    doctor.warm_up()  # /readyz answers once a paste can be answered at warm speed (ONNX path: ~1 s)
+    # The bot warms the pipeline up in the background (index + one query embedding; ONNX path ~1 s): /healthz
+    # answers at once, /readyz says 503 "index: loading" until a paste can be answered at warm speed.
     bot = SlackBot(settings, doctor, http=args.http, host=args.host, port=args.port)
 
     def _terminate(signum: int, _frame: Any) -> None:
