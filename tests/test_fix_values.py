@@ -170,3 +170,17 @@ def test_logfacts_new_fields_are_read_from_real_lines() -> None:
     assert facts.launch_command is not None and facts.launch_command.startswith("vllm serve " + MODEL)
     assert facts.vllm_version == "0.9.0.1"
     assert {f.name for f in fields(LogFacts)} >= {"conflicts", "launch_command"}
+
+
+def test_slack_answer_shows_filled_commands_and_the_arithmetic(doctor, tp8) -> None:
+    from bot.slack.reply.answer import answer
+
+    diagnosis, _ = tp8
+    assert diagnosis.best is not None
+    message = answer(diagnosis, answer_id="fit1", case=doctor.case(diagnosis.best.case_id))
+    by_id = {b.get("block_id"): b for b in message.blocks}
+    fix = by_id["fix"]["text"]["text"]
+    assert f"vllm serve {MODEL} --tensor-parallel-size 8 --max-model-len 21440" in fix
+    assert "{" not in fix and "MODEL" not in fix
+    how = " ".join(e["text"] for e in by_id["fix_values"]["elements"])
+    assert "21440 = " in how and f"(L{_line_of(TP8_LOG, 'estimated maximum model length is')})" in how
