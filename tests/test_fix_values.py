@@ -184,3 +184,12 @@ def test_slack_answer_shows_filled_commands_and_the_arithmetic(doctor, tp8) -> N
     assert "{" not in fix and "MODEL" not in fix
     how = " ".join(e["text"] for e in by_id["fix_values"]["elements"])
     assert "21440 = " in how and f"(L{_line_of(TP8_LOG, 'estimated maximum model length is')})" in how
+
+
+def test_a_case_filed_from_slack_writes_model_as_the_placeholder() -> None:
+    from bot.kb_growth.form import parse_fix
+
+    steps = parse_fix("Serve with a shorter context.\n$ vllm serve MODEL --max-model-len 8192\n$ ls MODEL_DIR")
+    assert steps == [{"text": "Serve with a shorter context.",
+                      "command": "vllm serve {model} --max-model-len 8192\nls {model_dir}"}]
+    FixStep(**steps[0])  # and the schema takes it
