@@ -170,3 +170,26 @@ def test_logfacts_new_fields_are_read_from_real_lines() -> None:
     assert facts.launch_command is not None and facts.launch_command.startswith("vllm serve " + MODEL)
     assert facts.vllm_version == "0.9.0.1"
     assert {f.name for f in fields(LogFacts)} >= {"conflicts", "launch_command"}
+
+
+def test_slack_answer_shows_filled_commands_and_the_arithmetic(doctor, tp8) -> None:
+    from bot.slack.reply.answer import answer
+
+    diagnosis, _ = tp8
+    assert diagnosis.best is not None
+    message = answer(diagnosis, answer_id="fit1", case=doctor.case(diagnosis.best.case_id))
+    by_id = {b.get("block_id"): b for b in message.blocks}
+    fix = by_id["fix"]["text"]["text"]
+    assert f"vllm serve {MODEL} --tensor-parallel-size 8 --max-model-len 21440" in fix
+    assert "{" not in fix and "MODEL" not in fix
+    how = " ".join(e["text"] for e in by_id["fix_values"]["elements"])
+    assert "21440 = " in how and f"(L{_line_of(TP8_LOG, 'estimated maximum model length is')})" in how
+
+
+def test_a_case_filed_from_slack_writes_model_as_the_placeholder() -> None:
+    from bot.kb_growth.form import parse_fix
+
+    steps = parse_fix("Serve with a shorter context.\n$ vllm serve MODEL --max-model-len 8192\n$ ls MODEL_DIR")
+    assert steps == [{"text": "Serve with a shorter context.",
+                      "command": "vllm serve {model} --max-model-len 8192\nls {model_dir}"}]
+    FixStep(**steps[0])  # and the schema takes it

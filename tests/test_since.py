@@ -48,13 +48,13 @@ def test_identical_runs_say_nothing_changed() -> None:
 def test_cli_since_json_and_filled_fix(index_dir: Path) -> None:
     proc = run_cli(["explain", "--no-llm", "--json", str(BAD), "--since", str(GOOD)], index_dir)
     assert proc.returncode == 0, proc.stderr
-    out = json.loads(proc.stdout)
+    out = json.loads(proc.stdout.decode("utf-8"))
     assert list(out)[0] == "since"
     assert {"group": "versions", "name": "vllm_version", "before": "0.8.5.post1", "after": "0.9.0.1",
             "before_line": 3, "after_line": 3} in out["since"]
     commands = [s["command"] for s in out["fix"] if s["command"]]
     assert commands and all("Qwen/Qwen2.5-72B-Instruct" in c and "--tensor-parallel-size 8" in c for c in commands)
-    assert "Traceback" not in proc.stderr
+    assert b"Traceback" not in proc.stderr
 
 
 @pytest.mark.usefixtures("built_index")
@@ -64,7 +64,8 @@ def test_cli_report_draft_with_collect_env(index_dir: Path, tmp_path: Path) -> N
                    "HF_TOKEN=hf_abcdefghijklmnopqrstuvwxyzABCDEFGH\n", encoding="utf-8")
     proc = run_cli(["report-draft", str(FIXTURES / "nfs-stale-handle.log"), "--collect-env", str(env)], index_dir)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.startswith("# [Bug]: OSError: [Errno 116] Stale file handle")
-    assert "OS: Ubuntu 22.04.4 LTS (x86_64)" in proc.stdout
-    assert "hf_abcdefghijklmnopqrstuvwxyzABCDEFGH" not in proc.stdout  # redacted at the entry
-    assert "alice" not in proc.stdout
+    text = proc.stdout.decode("utf-8")
+    assert text.startswith("# [Bug]: OSError: [Errno 116] Stale file handle")
+    assert "OS: Ubuntu 22.04.4 LTS (x86_64)" in text
+    assert "hf_abcdefghijklmnopqrstuvwxyzABCDEFGH" not in text  # redacted at the entry
+    assert "alice" not in text

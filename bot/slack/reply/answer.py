@@ -166,7 +166,7 @@ def answer(
             fix_text, fix_cut = _fix_text(steps, lang)
             cut |= fix_cut
             blocks.append(_section(fix_text, "fix"))
-            fitted = _fit_lines(case, diagnosis, lang)
+            fitted = _fit_lines(case, diagnosis, lang, from_case=not getattr(explanation, "fix_steps", None))
             if fitted:
                 blocks.append(_context(fitted, "fix_values"))
         notes = [escape_limited(localize_note(n, lang), 300)[0] for n in best.notes]
@@ -274,12 +274,18 @@ def _why_text(
     return (f"_{t('slack.writing_long', lang)}_" if llm_pending else ""), False
 
 
-def _fit_lines(case: Any, diagnosis: Diagnosis, lang: Language) -> list[str]:
-    """How the commands' computed values were worked out from the log, and notes on them (bot/fix_values.py)."""
+def _fit_lines(case: Any, diagnosis: Diagnosis, lang: Language, from_case: bool = True) -> list[str]:
+    """How the commands' computed values were worked out from the log, and notes on them (bot/fix_values.py).
+    from_case: the steps shown are the case's own (not the LLM's): then a <…> left unfilled is pointed out."""
     values = getattr(diagnosis, "fix_values", None)
+    unfilled = t("fit.unfilled", lang)
     lines: list[str] = []
     for step in getattr(case, "fix", None) or []:
-        lines += [f":abacus: {line}" for line in step_lines(getattr(step, "command", None), values, lang)]
+        for line in step_lines(getattr(step, "command", None), values, lang):
+            if line != unfilled:
+                lines.append(f":abacus: {line}")
+            elif from_case:
+                lines.append(f":pencil2: {line}")
     lines += [f":warning: {note}" for note in note_lines(values, lang)]
     return [escape_limited(line, 400)[0] for line in dict.fromkeys(lines)][:5]
 
