@@ -313,7 +313,8 @@ class HostReport:
     address: str | None = None
     error: str | None = None  # the host could not be checked at all (unreachable, auth, host key)
     # for scripts (`--json`): HostUnreachable / AuthFailed / HostKeyMismatch / RunnerError (the host cannot
-    # run the checks) / InternalError (a bug, reported per host); None when the host was checked
+    # run the checks) / timeout (the host did not answer the prerequisite probe in time) / InternalError (a
+    # bug, reported per host); None when the host was checked
     error_kind: str | None = None
     checks: list[CheckResult] = field(default_factory=list)
     duration_s: float = 0.0

@@ -30,11 +30,35 @@ import json, os, signal, sys, tempfile, time
 MARK = "@@vllm-doctor-section "
 
 
-def _child(sec, out, err):
+RUNNING = []
+
+
+def _die_with_parent():
+    """Linux: SIGKILL this section when the bundle's process dies (killed past its limit)."""
+    try:
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(1, 9, 0, 0, 0)  # PR_SET_PDEATHSIG, SIGKILL
+    except Exception:
+        pass
+
+
+def _on_term(signum, frame):
+    """`timeout` gave up on the bundle: take every running section's process group with it."""
+    for run in RUNNING:
+        try:
+            os.killpg(run["pid"], signal.SIGKILL)
+        except OSError:
+            pass
+    os._exit(128 + signum)
+
+
+def _child(sec, out, err, ended):
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     try:
         os.setpgid(0, 0)
     except OSError:
         pass
+    _die_with_parent()
     os.dup2(out.fileno(), 1)
     os.dup2(err.fileno(), 2)
     sys.argv = ["-"] + list(sec["args"])
@@ -56,23 +80,28 @@ def _child(sec, out, err):
     try:
         sys.stdout.flush()
         sys.stderr.flush()
+        ended.write(repr(time.time()).encode())
+        ended.flush()
     except Exception:
         pass
     os._exit(code)
 
 
 def _start(sec):
-    out, err = tempfile.TemporaryFile(), tempfile.TemporaryFile()
+    out, err, ended = tempfile.TemporaryFile(), tempfile.TemporaryFile(), tempfile.TemporaryFile()
     sys.stdout.flush()
     sys.stderr.flush()
+    start = time.time()
     pid = os.fork()
     if pid == 0:
-        _child(sec, out, err)
+        _child(sec, out, err, ended)
     try:
         os.setpgid(pid, pid)
     except OSError:
         pass
-    return {"sec": sec, "pid": pid, "out": out, "err": err, "start": time.time()}
+    run = {"sec": sec, "pid": pid, "out": out, "err": err, "ended": ended, "start": start}
+    RUNNING.append(run)
+    return run
 
 
 def _read(f):
@@ -87,8 +116,13 @@ def _finish(run, status, timed_out):
         rc = -os.WTERMSIG(status)
     else:
         rc = os.WEXITSTATUS(status)
+    try:
+        end = float(_read(run["ended"]) or time.time())  # when the section itself ended, not when reaped
+    except ValueError:
+        end = time.time()
+    RUNNING.remove(run)
     record = {"key": run["sec"]["key"], "rc": rc, "timed_out": timed_out, "stdout": _read(run["out"]),
-              "stderr": _read(run["err"]), "seconds": round(time.time() - run["start"], 3)}
+              "stderr": _read(run["err"]), "seconds": round(end - run["start"], 3)}
     sys.stdout.write(MARK + json.dumps(record) + "\n")
     sys.stdout.flush()
 
@@ -114,6 +148,7 @@ def _collect(running, block):
 
 
 def main(sections):
+    signal.signal(signal.SIGTERM, _on_term)
     light = [s for s in sections if not s["preload"]]
     heavy = [s for s in sections if s["preload"]]
     running = [_start(s) for s in light]
