@@ -137,6 +137,9 @@ def test_sigterm_drains_then_hands_back_and_the_survivor_answers_each_once(clust
     assert a.proc.wait(timeout=120) == 0
     log = a.log.read_text(encoding="utf-8")
     assert "handed back" in log  # 2 workers, 24 pastes, 3 s in all: some were left
+    # the answers it was writing at the end say so, instead of a dangling "working on it"
+    assert any("stopped before it could finish" in str(c.params.get("text")) for c in fake.calls
+               if c.method == "chat.update")
     with ThreadPoolExecutor(6) as pool:
         list(pool.map(lambda e: _deliver_until_acked(b, *e), events))
     threads = {ts for _, ts in events}
