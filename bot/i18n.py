@@ -286,6 +286,11 @@ _TEXT: dict[str, dict[Language, str]] = {
         "en": "Sorry, something went wrong on my side while diagnosing this (ref {ref}). The log was not lost: try "
               "again, and tell the bot's admins the ref if it keeps happening.",
         "zh": "抱歉，我这边诊断时出错了（编号 {ref}）。日志没有丢失：请再试一次；如果一直出错，请把编号告诉机器人的管理员。"},
+    "slack.handed_back": {
+        "en": "This bot replica was stopped before it could finish; another one answers here if Slack re-sends "
+              "your message. If nothing appears within a minute, paste the log again.",
+        "zh": "这个机器人实例在完成前被停止了；如果 Slack 重新发送你的消息，另一个实例会在这里回答。"
+              "如果一分钟内没有回答，请重新粘贴日志。"},
     # App Home: the viewer's recent answers
     "slack.home.line": {"en": "{ago} in {channel}: {verdict} · {what}{mark}", "zh": "{ago}，{channel}：{verdict} · {what}{mark}"},
     "slack.home.mark_fixed": {"en": " · :white_check_mark: fixed", "zh": " · :white_check_mark: 已解决"},

@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from bot.ops import metrics
+from bot.ops.logs import REQUEST_ID
 
 Probe = Callable[[], tuple[bool, str]]
 WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
@@ -37,6 +38,7 @@ def ops_app(probes: dict[str, Probe], alive: Probe, inner: WSGIApp | None = None
         return [body]
 
     def application(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        REQUEST_ID.set("-")  # server threads are reused: a probe must not log under the last delivery's id
         path, method = environ.get("PATH_INFO"), environ.get("REQUEST_METHOD")
         if method in ("GET", "HEAD") and path in (HEALTHZ, READYZ):
             ok, why = alive() if path == HEALTHZ else readiness(probes)

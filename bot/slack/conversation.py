@@ -101,7 +101,8 @@ def diagnose_and_answer(deps: SlackDeps, client: Any, request: LogRequest) -> st
 
     locale = deps.locales.language_of(client, where.user)
     post = _Poster(client, where, deps.settings.slack_update_interval_s)
-    post.placeholder(blocks.placeholder(lang=answer_language(locale, question_language(paste.text))))
+    first_lang = answer_language(locale, question_language(paste.text))
+    post.placeholder(blocks.placeholder(lang=first_lang), lang=first_lang)
 
     # a host diagnosed earlier in this thread: its versions are read against the cases' fixed_in, its
     # check results go into the LLM prompt
@@ -245,7 +246,7 @@ class _Poster:
         self._updater: ThrottledUpdater | None = None
         self._via_response_url = False
 
-    def placeholder(self, message: Message) -> None:
+    def placeholder(self, message: Message, lang: Language = "en") -> None:
         where = self._where
         delivery = deliveries.current()
         earlier = delivery.placeholder if delivery is not None else None
@@ -277,7 +278,7 @@ class _Poster:
         if self.thread_ts is None:
             self.thread_ts = self.ts  # a top-level answer becomes the thread for files and follow-ups
         if delivery is not None and self.ts:
-            delivery.note_placeholder(self.channel, self.ts)
+            delivery.note_placeholder(self.channel, self.ts, lang)
 
     def final(self, message: Message, progressive: bool = False) -> None:
         if self._via_response_url:

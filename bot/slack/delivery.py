@@ -33,9 +33,9 @@ class Delivery:
         a = self.admitted
         return (a.channel, a.message_ts) if a.channel and a.message_ts else None
 
-    def note_placeholder(self, channel: str, ts: str) -> None:
+    def note_placeholder(self, channel: str, ts: str, lang: str = "en") -> None:
         try:
-            self._seen.note_placeholder(self.key, channel, ts)
+            self._seen.note_placeholder(self.key, channel, ts, lang)
         except Exception:  # noqa: BLE001 - bookkeeping: a failure costs only the take-over's edit
             log.warning("could not record the placeholder of %s", self.key, exc_info=True)
 

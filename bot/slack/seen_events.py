@@ -81,6 +81,13 @@ class _Local:
     at: float
     state: Literal["working", "done"]
     offline: bool = False  # taken while the database was unreachable: not yet written there
+    placeholder: tuple[str, str, str] | None = None  # channel, ts, language of the message being answered
+
+
+@dataclass(frozen=True)
+class HandedBack:
+    key: str
+    placeholder: tuple[str, str, str] | None  # channel, ts, language: the edge tells the asker
 
 
 class SeenEvents:
@@ -153,7 +160,11 @@ class SeenEvents:
             del self._seen[oldest_id]
 
     # --- the life of a taken delivery --------------------------------------------------------------------------
-    def note_placeholder(self, key: str, channel: str, message_ts: str) -> None:
+    def note_placeholder(self, key: str, channel: str, message_ts: str, lang: str = "en") -> None:
+        with self._lock:
+            entry = self._seen.get(key)
+            if entry is not None:
+                entry.placeholder = (channel, message_ts, lang)
         if self._store is not None:
             self._store.note_placeholder(key, self.owner, channel, message_ts)
 
@@ -179,26 +190,25 @@ class SeenEvents:
         with self._lock:
             return [k for k, e in self._seen.items() if e.state == "working"]
 
-    def hand_back(self) -> int:
+    def hand_back(self) -> list[HandedBack]:
         """Shutdown: release every delivery not answered yet; another replica takes each at its next
-        delivery. Returns how many were handed back."""
-        keys = self.working()
-        handed = 0
-        for key in keys:
+        delivery. Returns them, with the placeholder each had posted (the edge says what happened there)."""
+        with self._lock:
+            left = [HandedBack(k, e.placeholder) for k, e in self._seen.items() if e.state == "working"]
+        for item in left:
             if self._store is not None:
                 try:
-                    self._store.release(key, self.owner)
+                    self._store.release(item.key, self.owner)
                 except StorageError as exc:
                     metrics.DATABASE_ERRORS.labels(operation="release").inc()
-                    log.warning("could not hand back %s (its lease runs out in %.0f s instead): %s", key,
+                    log.warning("could not hand back %s (its lease runs out in %.0f s instead): %s", item.key,
                                 self.lease_s, exc)
             with self._lock:
-                self._seen.pop(key, None)
-            handed += 1
-        if handed:
-            metrics.HANDED_BACK.inc(handed)
-            log.warning("handed back %d unanswered deliveries: %s", handed, ", ".join(keys[:20]))
-        return handed
+                self._seen.pop(item.key, None)
+        if left:
+            metrics.HANDED_BACK.inc(len(left))
+            log.warning("handed back %d unanswered deliveries: %s", len(left), ", ".join(i.key for i in left[:20]))
+        return left
 
     # --- heartbeat ---------------------------------------------------------------------------------------------
     def heartbeat(self) -> None:

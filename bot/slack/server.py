@@ -12,6 +12,7 @@ import time
 from typing import Any
 
 from bot.errors import ConfigError
+from bot.i18n import t
 from bot.kb_growth.sync import KBSync
 from bot.ops.health import ops_app
 from bot.runner.fleet import FleetQueue
@@ -21,6 +22,7 @@ from bot.slack.deps import SlackDeps
 from bot.slack.fleet import FleetWorker
 from bot.slack.hosts import load_host_diagnostics
 from bot.slack.recent import RecentAnswers
+from bot.slack.reply import kit
 from bot.slack.seen_events import SeenEvents
 from bot.slack.store import SlackStateDB
 from bot.slack.thread_facts import ThreadFacts
@@ -207,5 +209,13 @@ class SlackBot:
         self.deps.workers.shutdown(wait=False)  # queued jobs are cancelled: their deliveries are handed back
         self.deps.seen_events.stop()
         handed = self.deps.seen_events.hand_back()
+        for item in handed:  # no dangling "working on it": say what happened (a take-over edits it again)
+            if item.placeholder is not None:
+                channel, ts, lang = item.placeholder
+                try:
+                    self.client.chat_update(channel=channel, ts=ts, **kit.notice(
+                        t("slack.handed_back", "zh" if lang == "zh" else "en")).as_kwargs())
+                except Exception as exc:  # noqa: BLE001 - best effort on the way out
+                    log.warning("could not update the placeholder %s of %s: %s", ts, item.key, exc)
         self._stopped.set()
-        return handed
+        return len(handed)

@@ -68,6 +68,7 @@ class FakeSlack:
         self.truncated: list[Call] = []
         self._rate_limit_once: dict[str, int] = {}
         self._release: threading.Event | None = None  # set: held calls go on (see holding())
+        self.latency: dict[str, float] = {}  # method → seconds each call waits before its response
         self._hold_bound_s = 30.0
         self.held_too_long: list[str] = []
         self._ts = itertools.count(1)
@@ -105,6 +106,8 @@ class FakeSlack:
             self._release = None
 
     def _hold(self, method: str) -> None:
+        if self.latency.get(method):  # a slow Slack for this method (recorded at once, answered later)
+            time.sleep(self.latency[method])
         release = self._release
         if release is not None and not release.wait(self._hold_bound_s):
             self.held_too_long.append(method)

@@ -121,6 +121,7 @@ def _restart(cluster: Cluster, n: int) -> Replica:
 def test_sigterm_drains_then_hands_back_and_the_survivor_answers_each_once(cluster: Cluster) -> None:
     fake, (a, b) = cluster.fake, cluster.replicas
     fake.clear()
+    fake.latency["chat.update"] = 0.5  # each answer takes a while: the 3 s of drain cannot finish 24
     events = [(f"EvTERM{i:03d}", f"1700003000.{i:06d}") for i in range(24)]
     with ThreadPoolExecutor(6) as pool:
         assert set(pool.map(lambda e: a.sender.event(_dm(e[1]), e[0]).status, events)) == {200}
@@ -137,6 +138,9 @@ def test_sigterm_drains_then_hands_back_and_the_survivor_answers_each_once(clust
     assert a.proc.wait(timeout=120) == 0
     log = a.log.read_text(encoding="utf-8")
     assert "handed back" in log  # 2 workers, 24 pastes, 3 s in all: some were left
+    # the answers it was writing at the end say so, instead of a dangling "working on it"
+    assert any("stopped before it could finish" in str(c.params.get("text")) for c in fake.calls
+               if c.method == "chat.update")
     with ThreadPoolExecutor(6) as pool:
         list(pool.map(lambda e: _deliver_until_acked(b, *e), events))
     threads = {ts for _, ts in events}
@@ -147,6 +151,7 @@ def test_sigterm_drains_then_hands_back_and_the_survivor_answers_each_once(clust
     assert [ts for ts in threads if per_thread[ts] != 1] == []
     _no_error_answer(fake.calls)
     assert _metric(b, 'vllm_doctor_claims_total{outcome="retaken"}') >= 1
+    fake.latency.clear()
     _restart(cluster, 0)
 
 
@@ -190,6 +195,7 @@ def test_postgres_outage_no_error_answers_no_repeat_and_ready_again(cluster: Clu
 def test_sigkill_with_unanswered_pastes_every_retry_answered_once_by_the_survivor(cluster: Cluster) -> None:
     fake, (a, b) = cluster.fake, cluster.replicas
     fake.clear()
+    fake.latency["chat.update"] = 0.5  # answers in progress when the kill comes
     events = [(f"EvKILL{i:03d}", f"1700005000.{i:06d}") for i in range(24)]
     with ThreadPoolExecutor(6) as pool:
         assert set(pool.map(lambda e: a.sender.event(_dm(e[1]), e[0]).status, events)) == {200}
