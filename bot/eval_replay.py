@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,12 +28,17 @@ from bot.eval_tuning import CachedMatching
 from bot.evaluate import load_labelled
 from bot.kb_growth.lint import cleaned_lines, healthy_logs, signature_fires
 from bot.kb_growth.suggest import _probe_case, generalise, suggest_title
-from bot.match import Matcher, MatchParams
+from bot.match import Matcher, MatchParams, SignatureScanner
 from bot.models import Distilled
 from bot.pipeline import Pipeline
 from kb.schema import Case
 
 MIN_PASTES = 2
+# A drafted signature keeps at least this much literal text besides the exception class and errno: "IndexError:
+# list index out of range" or "[Errno 2] No such file or directory" name no failure of their own.
+MIN_DRAFT_LITERAL = 30
+_CLASS_PREFIX = re.compile(r"^(?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception)\s*:\s*|\\\[Errno [^\]]*\\\]\s*")
+_REGEX_PART = re.compile(r"\\S\+|\\d\+|\[\^?[^\]]*\]\*?\+?|\([^)]*\)[*+?]?|\s\+| \+|\\.")
 
 
 @dataclass
@@ -71,12 +77,22 @@ class ReplayResult:
         }
 
 
-def _root_line(distilled: Distilled) -> str | None:
-    """The paste's root line: the first exception / error line that is not a traceback header or a frame."""
+def _root_line(distilled: Distilled, scanner: SignatureScanner) -> str | None:
+    """The paste's root line: the first exception / error line that is not a traceback header, a frame, or a
+    line a KB signature already explains (a symptom's "engine is dead" is no new failure)."""
     for r in distilled.root_errors:
-        if r.kind != "frame" and "Traceback (most recent call last)" not in r.text and r.text.strip():
-            return r.text.strip()
+        if r.kind == "frame" or "Traceback (most recent call last)" in r.text or not r.text.strip():
+            continue
+        if scanner.scan([r]):
+            continue
+        return r.text.strip()
     return None
+
+
+def _literal(pattern: str) -> int:
+    """Characters of literal text a drafted signature keeps beyond the exception class and errno."""
+    body = _CLASS_PREFIX.sub("", pattern)
+    return len(_REGEX_PART.sub("", body).strip())
 
 
 def replay(doctor: Pipeline, rows: Sequence[dict[str, Any]], min_pastes: int = MIN_PASTES,
@@ -84,6 +100,7 @@ def replay(doctor: Pipeline, rows: Sequence[dict[str, Any]], min_pastes: int = M
     matching = matching or CachedMatching(doctor.kb, doctor.index, doctor.distil)
     matcher = Matcher(doctor.kb, matching.index, params=MatchParams(), ranker=doctor.matcher.ranker)
     healthy = healthy_logs(healthy_dir)
+    scanner = SignatureScanner(doctor.kb.cases)
     examples = [cleaned_lines(ex.log) for c in doctor.kb.cases for ex in c.examples]
     labels = [str(r.get("expected") or r.get("label") or r.get("id") or f"row-{n}") for n, r in enumerate(rows, 1)]
     threads = [str(r.get("source") or r.get("id") or n) for n, r in enumerate(rows)]
@@ -111,9 +128,9 @@ def replay(doctor: Pipeline, rows: Sequence[dict[str, Any]], min_pastes: int = M
         after += int(right_before)
         if confident:
             continue
-        root = _root_line(prepared[0])
+        root = _root_line(prepared[0], scanner)
         shape = generalise(root) if root else None
-        if shape is None:
+        if shape is None or _literal(shape) < MIN_DRAFT_LITERAL:
             continue
         shapes[i] = shape
         members = clusters.setdefault(shape, [])

@@ -125,6 +125,10 @@ class RankerError(ValueError):
     """The artifact cannot be used (missing, unreadable, another format): the fixed ranking answers."""
 
 
+def _sigmoid(raw: float) -> float:
+    return 1.0 / (1.0 + math.exp(-max(-500.0, min(500.0, raw))))
+
+
 def _tree_value(tree: dict[str, list[float]], x: Sequence[float]) -> float:
     left, right, feat, thr, value = tree["left"], tree["right"], tree["feature"], tree["threshold"], tree["value"]
     node = 0
@@ -202,7 +206,7 @@ class LearnedRanker:
     def probability(self, raw: float) -> float:
         xs, ys = self.iso_x, self.iso_y
         if not xs:
-            return 1.0 / (1.0 + math.exp(-raw))
+            return _sigmoid(raw)
         if raw <= xs[0]:
             return ys[0]
         if raw >= xs[-1]:
@@ -236,7 +240,7 @@ class LearnedRanker:
                 out.append(None)
                 continue
             raw = self.raw(x)
-            p = min(1.0, self.probability(raw) + TIE_BREAK / (1.0 + math.exp(-raw)))
+            p = min(1.0, self.probability(raw) + TIE_BREAK * _sigmoid(raw))
             out.append(round(self.to_score(p, match, uncertain), 6))
         return out
 

@@ -155,9 +155,11 @@ class CoreSettings(BaseModel):
         description="Override the calibrated score above which the verdict is 'uncertain' (else 'unknown').",
     )
     ranker: Literal["learned", "fixed"] = Field(
-        "learned",
-        description="'learned': the trained ranker (kb/ranker/ranker.json, `vllm-doctor train`) rescores the cases "
-        "it knows; 'fixed': the fixed fusion arithmetic. A missing or stale artifact falls back to 'fixed'.",
+        "fixed",
+        description="'fixed' (default): the fixed fusion arithmetic; 'learned': the trained ranker "
+        "(kb/ranker/ranker.json, `vllm-doctor train`) rescores the cases it knows. Fixed by default because the "
+        "learned one does not beat it held-back yet (docs/matching.md). A missing or stale artifact falls back "
+        "to 'fixed'.",
     )
     ranker_path: Path | None = Field(None, description="Another ranker artifact than the shipped one.")
 

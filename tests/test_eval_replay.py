@@ -6,19 +6,23 @@ import json
 from pathlib import Path
 
 from bot.cli.main import main
-from bot.eval_replay import replay
+from bot.eval_replay import MIN_DRAFT_LITERAL, _literal, _root_line, replay
 from bot.evaluate import load_labelled
+from bot.kb_growth.suggest import generalise
+from bot.match import SignatureScanner
 
 DEV = Path(__file__).resolve().parent / "eval" / "dev.jsonl"
 
 
 def _uncovered_with_a_root_line(doctor, n: int) -> list[dict]:
     out = []
+    scanner = SignatureScanner(doctor.kb.cases)
     for row in load_labelled(DEV):
         if row["expected"]:
             continue
-        distilled, _ = doctor.distil(row["log"])
-        if any(r.kind != "frame" and "Traceback" not in r.text for r in distilled.root_errors):
+        root = _root_line(doctor.distil(row["log"])[0], scanner)
+        shape = generalise(root) if root else None
+        if shape is not None and _literal(shape) >= MIN_DRAFT_LITERAL:
             out.append(row)
         if len(out) == n:
             return out
@@ -59,3 +63,11 @@ def test_replay_cli_prints_the_figures_as_the_last_line(doctor, settings, tmp_pa
     last = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert {"drafts", "purity", "answered_before", "answered_after", "false_drafts"} <= set(last)
     assert last["logs"] == 2
+
+
+def test_a_generic_exception_line_is_never_a_draft(doctor) -> None:
+    assert _literal(r"IndexError: list index out of range") < MIN_DRAFT_LITERAL
+    assert _literal(r"FileNotFoundError: \[Errno \d+\] No such file or directory:") < MIN_DRAFT_LITERAL
+    log = 'Traceback (most recent call last):\n  File "x.py", line 1, in <module>\nIndexError: list index out of range\n'
+    rows = [{"id": f"g{i}", "log": log, "expected": None, "source": f"https://x/{i}"} for i in range(3)]
+    assert replay(doctor, rows).drafts == []

@@ -145,7 +145,7 @@ def test_the_setting_selects_learned_or_fixed_and_a_missing_artifact_warns(setti
     assert learned.matcher.ranker is not None
     fixed = Pipeline.from_settings(settings.model_copy(update={"ranker": "fixed"}))
     assert fixed.matcher.ranker is None
-    missing = Pipeline.from_settings(settings.model_copy(update={"ranker_path": tmp_path / "gone.json"}))
+    missing = Pipeline.from_settings(settings.model_copy(update={"ranker": "learned", "ranker_path": tmp_path / "gone.json"}))
     with caplog.at_level("WARNING"):
         assert missing.matcher.ranker is None
     assert any("fixed ranking used" in r.getMessage() for r in caplog.records)
