@@ -71,6 +71,16 @@ def test_dev_zero_is_refused_in_one_line_naming_the_limit(tmp_path: Path, source
     assert err.splitlines() == [err] and "input limit of 97.7 KiB (100000 bytes" in err, err
 
 
+def test_batch_from_dev_zero_answers_its_one_endless_record_and_stops(tmp_path: Path) -> None:
+    proc = run_cli(["explain", "--no-llm", "--jsonl", "/dev/zero"], tmp_path / "index",
+                   VLLM_DOCTOR_MAX_INPUT_BYTES="100000")
+    err = proc.stderr.decode()
+    assert proc.returncode == 0 and "Traceback" not in err, err
+    out = [json.loads(line) for line in proc.stdout.decode().splitlines()]
+    assert len(out) == 1 and out[0]["error"].startswith("line 1: longer than the input limit of 97.7 KiB")
+    assert "stopped reading: a record ran past" in err
+
+
 def test_report_draft_and_kb_add_from_a_device_are_refused(tmp_path: Path) -> None:
     env = {"VLLM_DOCTOR_MAX_INPUT_BYTES": "100000", "VLLM_DOCTOR_KB_DB": str(tmp_path / "kb.db"),
            "VLLM_DOCTOR_KB_WRITE_DIR": str(tmp_path / "cases")}

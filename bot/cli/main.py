@@ -160,6 +160,7 @@ def _json_line(obj: dict[str, Any]) -> str:
 
 
 _TOO_LONG = object()  # a batch line over the limit: answered with an error object, never read whole
+_SKIP_LIMIT = 16  # limits' worth of one over-long record skipped in search of its end before reading stops
 
 
 def _batch_lines(src: BinaryIO, max_bytes: int) -> Iterator[bytes | object]:
@@ -172,8 +173,15 @@ def _batch_lines(src: BinaryIO, max_bytes: int) -> Iterator[bytes | object]:
         if len(line) <= max_bytes or line.endswith(b"\n") and len(line) == max_bytes + 1:
             yield line
             continue
-        while line and not line.endswith(b"\n"):  # drain the rest of this record
+        skipped = len(line)
+        while line and not line.endswith(b"\n"):  # skip the rest of this record, in bounded chunks
+            if skipped > _SKIP_LIMIT * max_bytes:  # /dev/zero: this record never ends, so it is the last
+                print(f"note: --jsonl stopped reading: a record ran past {skipped} bytes without a line end",
+                      file=sys.stderr)
+                yield _TOO_LONG
+                return
             line = src.readline(1 << 20)
+            skipped += len(line)
         yield _TOO_LONG
 
 

@@ -17,13 +17,16 @@ from fake_slack import FakeFile, FakeSlack
 from secret_corpus import SHAPES, corpus_paste, leaks
 from slack_logs import KV_CACHE_CASE
 
+from bot.i18n import t
 from bot.pipeline import Pipeline
 
 
 @pytest.fixture
 def fake_llm() -> Iterator[FakeOpenAI]:
-    answer = {"case_id": KV_CACHE_CASE, "summary": "The KV cache had no room left.", "why": "Weights took it all.",
-              "fix_steps": ["Lower --max-model-len."], "confidence": "high"}
+    # in Chinese: the corpus's Chinese secret keys (密码, API密钥) make the paste read as Chinese, and a Chinese
+    # answer is accepted whatever the paste's language
+    answer = {"case_id": KV_CACHE_CASE, "summary": "KV 缓存没有剩余空间了。", "why": "模型权重占满了显存。",
+              "fix_steps": ["调低 --max-model-len。"], "confidence": "high"}
     server = FakeOpenAI(answer, pieces=4, delay_s=0.01).start()
     yield server
     server.stop()
@@ -40,7 +43,8 @@ def _final_answer(fake: FakeSlack, ts: str) -> list[Any]:
         if placeholder is None:
             return False
         updates = [c for c in calls if c.method == "chat.update" and c.params.get("ts") == placeholder.params["_ts"]]
-        return any("Explained by the team" in json.dumps(u.params.get("blocks")) for u in updates)
+        marks = (t("slack.by_llm", "en"), t("slack.by_llm", "zh"))
+        return any(m in json.dumps(u.params.get("blocks"), ensure_ascii=False) for u in updates for m in marks)
 
     return fake.wait_for(done, timeout=180)
 
