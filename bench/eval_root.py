@@ -18,6 +18,7 @@ import argparse
 import json
 import os
 import sys
+import zlib
 from collections import Counter
 from pathlib import Path
 
@@ -112,11 +113,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--proxy", action="store_true", help="score the component proxy on the logs' expected cases")
     parser.add_argument("--limit", type=int, default=0, help="at most this many logs (0: all)")
     parser.add_argument("--errors", action="store_true", help="list every miss")
+    parser.add_argument("--half", choices=["tune", "test"], help="only the logs of one half (stable hash of the id): "
+                        "rules are tuned on the misses of 'tune'; 'test' is the held-back measure")
     args = parser.parse_args(argv)
 
     from bot.pipeline import Pipeline
 
     items = [item for path in args.logs for item in _read_jsonl(Path(path))]
+    if args.half:
+        items = [i for i in items if (zlib.crc32(i["id"].encode()) % 2 == 0) == (args.half == "tune")]
     if args.limit:
         items = items[: args.limit]
     pipeline = Pipeline.from_settings()

@@ -445,7 +445,7 @@ _TEXT: dict[str, dict[Language, str]] = {
     "label.setup": {"en": "What the log says about your setup:", "zh": "日志中关于部署环境的信息："},
     "label.also_noticed": {"en": "Also noticed (not the cause of this failure):", "zh": "另外注意到（不是这次故障的原因）："},
     "label.model_reading": {"en": "The model's reading, not a known case", "zh": "模型的解读（不是已知故障案例）"},
-    "area.cuda": {"en": "cuda", "zh": "CUDA"},
+    "area.cuda": {"en": "cuda", "zh": "CUDA 环境"},
     "area.distributed": {"en": "distributed", "zh": "分布式"},
     "area.hardware": {"en": "hardware", "zh": "硬件"},
     "area.install": {"en": "install", "zh": "安装"},

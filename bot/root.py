@@ -112,6 +112,10 @@ def _tier(line: LogLine) -> tuple[int, RootKind] | None:
         return 2, "exception"
     if line.kind == "root":
         return 3, "error"
+    if line.level == "" and classify(text) != "other":
+        # a line without a logger prefix that names a failure in words the component rules know (the asker's
+        # title, a bare message): the root only when nothing else states one
+        return 6, "error"
     return None
 
 

@@ -48,7 +48,9 @@ def test_batch_contract_one_object_per_line_in_order(built_index: Path, tmp_path
     assert [o["id"] for o in out] == ["a", 2, None, "c", "d", "e"]
     for o in out:
         # documented keys unchanged; "facts" is the one added key (what the log says about the setup)
-        assert set(o) <= {"id", "verdict", "matches", "error", "facts"} and o["verdict"] in ("match", "uncertain", "unknown")
+        assert set(o) <= {"id", "verdict", "matches", "error", "facts", "root"} and o["verdict"] in (
+            "match", "uncertain", "unknown")
+        assert "root" in o and (o["root"] is None or set(o["root"]) == {"line", "text", "component"})
         assert isinstance(o.get("facts", {}), dict)
         assert len(o["matches"]) <= 5
         for m in o["matches"]:
@@ -56,6 +58,8 @@ def test_batch_contract_one_object_per_line_in_order(built_index: Path, tmp_path
     assert out[0]["verdict"] == "match" and out[0]["matches"][0]["case_id"] == "kv-cache-no-memory"
     assert out[0]["matches"][0]["evidence"][0]["why"].startswith("signature")
     assert out[0]["facts"]["python_version"] == {"value": "3.12", "line": 1}  # from its site-packages path
+    assert out[0]["root"]["component"] == "gpu-memory" and "No available memory" in out[0]["root"]["text"]
+    assert out[1]["root"] is None  # an error object has the key too
     assert "empty" in out[1]["error"]
     assert "invalid JSON" in out[2]["error"] or "Expecting value" in out[2]["error"]
     assert out[3]["verdict"] in ("unknown", "uncertain")

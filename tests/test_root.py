@@ -161,3 +161,10 @@ def test_stuck_never_reads_as_gpu(phrase: str) -> None:
     found = {h.found: h.other for h in default_glossary().lookup(phrase)}
     assert not any("GPU" in other for form, other in found.items() if form == "卡")
     assert "卡" not in found
+
+
+def test_one_chinese_term_for_a_known_failure() -> None:
+    from bot.i18n import _TEXT
+
+    chinese = [forms["zh"] for forms in _TEXT.values() if "zh" in forms]
+    assert any("已知故障" in z for z in chinese) and not any("已知问题" in z for z in chinese)

@@ -143,6 +143,9 @@ def _select(ordered: Sequence[LogLine], char_budget: int) -> list[LogLine]:
     return sorted(kept, key=lambda ln: ln.line_no)
 
 
+ROOT_PROMPT_CHARS = 400  # the root line in the prompt (a 10 KB line is cut; the evidence keeps its tail)
+
+
 def estimate_tokens(messages: list[dict[str, str]]) -> int:
     """Conservative token estimate for servers without /tokenize: 1 token per CJK character, one per
     2.5 other characters, plus chat-template overhead."""
@@ -167,7 +170,19 @@ def render_messages(
     system = _env.get_template("explain_system.j2").render(
         language_name=language_name, allowed_ids=draft.allowed_ids
     )
+    root = getattr(draft.diagnosis, "root", None)
+    triage_steps: list[str] = []
+    if root is not None and draft.diagnosis.verdict != "match":  # no case established: the component's steps
+        from bot.root import triage
+
+        steps = triage(root.component).steps
+        triage_steps = [f"{s.text_zh if draft.lang == 'zh' else s.text}" + (f" `{s.command}`" if s.command else "")
+                        for s in steps]
     user = _env.get_template("explain_user.j2").render(
+        root=root,
+        root_text=(root.text[:ROOT_PROMPT_CHARS] + " …") if root is not None and len(root.text) > ROOT_PROMPT_CHARS
+        else (root.text if root is not None else ""),
+        triage_steps=triage_steps,
         verdict=draft.diagnosis.verdict,
         best_id=items[0].case.id if items else None,
         evidence=evidence,

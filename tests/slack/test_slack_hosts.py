@@ -110,3 +110,22 @@ def test_button_opens_the_host_picker_and_the_modal_runs_checks(make_http_bot: A
     assert accepted.status == 200 and not accepted.body
     final_report(fake_slack)
     assert fake_slack.calls_to("chat.postMessage")[0].params["thread_ts"] == "1700000400.000100"
+
+
+def test_the_root_line_button_carries_its_components_checks_into_the_picker(make_http_bot: Any, fake_slack: FakeSlack,
+                                                                          runner_settings: dict[str, Any]) -> None:
+    """Issue 25: an answer with no established case offers the component's host checks; the picker keeps them."""
+    _, sender = make_http_bot(**runner_settings)
+    button = {
+        "type": "block_actions", "user": {"id": ALICE}, "team": {"id": "T0TEST01"}, "api_app_id": "A0TEST",
+        "channel": {"id": "C0CHAN01"}, "trigger_id": "1337.44.t",
+        "container": {"type": "message", "message_ts": "1700000500.000200", "channel_id": "C0CHAN01"},
+        "message": {"ts": "1700000500.000200", "thread_ts": "1700000500.000100", "text": "answer"},
+        "response_url": fake_slack.response_url(6),
+        "actions": [{"action_id": "run_host_diagnostics", "block_id": "root_checks", "type": "button",
+                     "value": "a1 checks:model.files,system.disk"}],
+    }
+    assert sender.interactive(button).status == 200
+    view = fake_slack.wait_for_call("views.open")[0].params["view"]
+    meta = json.loads(view["private_metadata"])
+    assert meta["answer_id"] == "a1" and meta["checks"] == ["model.files", "system.disk"]

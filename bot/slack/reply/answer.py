@@ -131,8 +131,8 @@ def answer(
     distilled = diagnosis.distilled
     if question:  # the question itself, and which of its terms led to the case
         asked, _ = escape_limited(distilled.evidence[0].text if distilled.evidence else "", 500)
-        why = escape_limited(best.evidence[0].why, 400)[0] if best is not None and best.evidence else ""
-        body = f"*{t('slack.question', lang)}*\n> {asked}" + (f"\n_{why}_" if why else "")
+        # which words led to the case is matching vocabulary: the CLI shows it with -v, Slack not at all
+        body = f"*{t('slack.question', lang)}*\n> {asked}"
         blocks.append(_section(body, "evidence"))
     else:
         lines_note = t("slack.lines", lang, kept=len(distilled.evidence), total=distilled.total_lines)
