@@ -144,7 +144,7 @@ def main() -> int:
     base = {**os.environ, "VLLM_DOCTOR_INDEX_DIR": str(work / "index"), "VLLM_DOCTOR_ENCODER": "onnx",
             "VLLM_DOCTOR_KB_DB_PATH": str(work / "kb-growth.sqlite3"),
             "VLLM_DOCTOR_SLACK_STATE_DB": str(work / "slack.sqlite3"),
-            "SLACK_BOT_TOKEN": "xoxb-bench", "SLACK_SIGNING_SECRET": "bench-secret", "SLACK_API_URL": fake.url,
+            "SLACK_BOT_TOKEN": "xoxb-bench", "SLACK_SIGNING_SECRET": "bench-secret", "SLACK_API_URL": fake.base_url,
             "VLLM_DOCTOR_HTTP_HOST": "127.0.0.1"}
     for key in ("VLLM_BASE_URL", "VLLM_DOCTOR_CONFIG"):
         base.pop(key, None)
