@@ -34,23 +34,6 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 BARE = [sys.executable, "-c", "import torch, sentence_transformers, faiss"]
 QUESTION = "两台机器跑分布式推理，启动以后就一直不动了\n"
-NEW_CASE = """\
-id: bench-widget-overheat
-title: Widget controller overheats and throttles the flux capacitor
-title_zh: 小部件控制器过热
-area: hardware
-severity: low
-signatures:
-  - 'FluxCapacitorThermalTrip'
-cause: >
-  A made-up failure used only by the cold-start benchmark: the widget controller exceeds its thermal limit.
-fix:
-  - text: Clean the widget fan filter.
-examples:
-  - source: https://example.invalid/issues/1
-    log: |
-      ERROR 01-02 03:04:05 widget.py:12] FluxCapacitorThermalTrip: flux_capacitor_temp=97C exceeds limit 90C
-"""
 
 
 def make_log(size: int) -> str:
@@ -135,16 +118,17 @@ def main() -> int:
     args = ap.parse_args()
 
     from fake_slack import FakeSlack
+    from indexer_support import NEW_CASE_YAML  # a made-up case (test-widget-overheat) the KB lint accepts
 
     work = Path(tempfile.mkdtemp(prefix="bench-cold-"))
     log70 = work / "70k.log"
     log70.write_text(make_log(70_000), encoding="utf-8")
-    (work / "new-case.yaml").write_text(NEW_CASE, encoding="utf-8")
+    (work / "new-case.yaml").write_text(NEW_CASE_YAML, encoding="utf-8")
     fake = FakeSlack().start()
     base = {**os.environ, "VLLM_DOCTOR_INDEX_DIR": str(work / "index"), "VLLM_DOCTOR_ENCODER": "onnx",
             "VLLM_DOCTOR_KB_DB_PATH": str(work / "kb-growth.sqlite3"),
             "VLLM_DOCTOR_SLACK_STATE_DB": str(work / "slack.sqlite3"),
-            "SLACK_BOT_TOKEN": "xoxb-bench", "SLACK_SIGNING_SECRET": "bench-secret", "SLACK_API_URL": fake.url,
+            "SLACK_BOT_TOKEN": "xoxb-bench", "SLACK_SIGNING_SECRET": "bench-secret", "SLACK_API_URL": fake.base_url,
             "VLLM_DOCTOR_HTTP_HOST": "127.0.0.1"}
     for key in ("VLLM_BASE_URL", "VLLM_DOCTOR_CONFIG"):
         base.pop(key, None)
@@ -172,7 +156,7 @@ def main() -> int:
         result = timed([*cli, "kb", "add", "--from-file", str(work / "new-case.yaml")], env)
         check = subprocess.run([*cli, "kb", "search", "FluxCapacitorThermalTrip widget", "-k", "1"], cwd=REPO,
                                env=env, capture_output=True, text=True)
-        assert "bench-widget-overheat" in check.stdout, check.stdout + check.stderr
+        assert "test-widget-overheat" in check.stdout, check.stdout + check.stderr
         return result
 
     commands.append(("kb add --from-file (until searchable)", kb_add))

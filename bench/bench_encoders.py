@@ -4,6 +4,8 @@ thresholds), and the held-back k-fold and blind-round rates printed as one markd
 difference in points. Nothing is tuned on these numbers.
 
     .venv/bin/python bench/bench_encoders.py [tests/eval/dev.jsonl] [--variants clean] [--keep DIR]
+
+The two evals run side by side (accuracy does not depend on timing).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +57,9 @@ def main() -> int:
     args = ap.parse_args()
     extra = ["--no-questions"] + (["--variants", args.variants] if args.variants else [])
     base = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="bench-encoders-"))
-    reports = {enc: rows_of(run_eval(enc, args.labelled, base / enc, extra)) for enc in ("torch", "onnx")}
+    with ThreadPoolExecutor(2) as pool:  # two processes, side by side: same machine conditions for both
+        futures = {enc: pool.submit(run_eval, enc, args.labelled, base / enc, extra) for enc in ("torch", "onnx")}
+        reports = {enc: rows_of(f.result()) for enc, f in futures.items()}
     print("| set | metric | torch | onnx | onnx − torch (points) |\n|---|---|---|---|---|")
     worst = 0.0
     for name, torch_metrics in reports["torch"].items():
