@@ -58,7 +58,8 @@ class Replica:
             with urllib.request.urlopen(self.url + path, timeout=10) as response:
                 return response.status, response.read().decode()
         except urllib.error.HTTPError as exc:
-            return exc.code, exc.read().decode()
+            with exc:  # an HTTPError holds the response and its socket until closed
+                return exc.code, exc.read().decode()
 
 
 def start_replica(env: dict[str, str], workdir: Path, n: int) -> Replica:
