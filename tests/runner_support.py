@@ -93,6 +93,9 @@ class Fleet:
     addresses: dict[str, str]  # host name -> address
     serve_ports: dict[str, int]
     processes: list[int] = field(default_factory=list)  # pids we started, killed by stop()
+    # local children we started (Popen): killed and reaped by stop(), so none is left to the GC
+    # ("subprocess N is still running", ResourceWarning)
+    children: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
     def stop(self) -> None:
         for pid in self.processes:
@@ -100,6 +103,9 @@ class Fleet:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+        for child in self.children:
+            child.kill()
+            child.wait(timeout=30)
         self.harness.stop()
 
 
@@ -180,7 +186,7 @@ def spawn_port_squatter(fleet: Fleet, port: int) -> int:
 
     proc = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    fleet.processes.append(proc.pid)
+    fleet.children.append(proc)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         try:

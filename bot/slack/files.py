@@ -76,6 +76,8 @@ def fetch_file_text(client: Any, file: Mapping[str, Any], *, token: str, api_url
         with urllib.request.urlopen(request, timeout=DOWNLOAD_TIMEOUT_S) as response:  # noqa: S310 (host checked)
             data = response.read(limit + 1)
     except (urllib.error.URLError, TimeoutError, OSError) as exc:
+        if isinstance(exc, urllib.error.HTTPError):
+            exc.close()  # it holds the response and its socket; chained below, it would keep them open until GC
         raise UserInputError(f"I could not download `{name}` from Slack ({exc}). Paste the log as text instead.") from exc
     if len(data) > limit:
         raise InputTooLarge(too_large_message(f"`{name}`", max(size, len(data)), limit))

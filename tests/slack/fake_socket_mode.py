@@ -93,3 +93,5 @@ class FakeSocketMode:
         asyncio.run_coroutine_threadsafe(_stop(), self._loop).result(timeout=10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=5)
+        if not self._thread.is_alive():  # a loop left open warns (ResourceWarning) when the GC takes it
+            self._loop.close()

@@ -58,14 +58,16 @@ class Replica:
             with urllib.request.urlopen(self.url + path, timeout=10) as response:
                 return response.status, response.read().decode()
         except urllib.error.HTTPError as exc:
-            return exc.code, exc.read().decode()
+            with exc:  # an HTTPError holds the response and its socket until closed
+                return exc.code, exc.read().decode()
 
 
 def start_replica(env: dict[str, str], workdir: Path, n: int) -> Replica:
     port = _free_port(["127.0.0.1"])
     log = workdir / f"replica-{n}.log"
-    proc = subprocess.Popen([sys.executable, "-m", "bot.cli.main", "serve", "--http", "--port", str(port)],
-                            cwd=REPO, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
+    with log.open("wb") as out:  # the child has its own copy of the descriptor; ours is closed here
+        proc = subprocess.Popen([sys.executable, "-m", "bot.cli.main", "serve", "--http", "--port", str(port)],
+                                cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
     return Replica(proc, f"http://127.0.0.1:{port}", log)
 
 

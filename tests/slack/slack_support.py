@@ -92,7 +92,8 @@ class SlackSender:
             with urllib.request.urlopen(request, timeout=30) as response:
                 return Sent(response.status, response.read().decode(), time.perf_counter() - started)
         except urllib.error.HTTPError as exc:
-            return Sent(exc.code, exc.read().decode(), time.perf_counter() - started)
+            with exc:  # an HTTPError holds the response and its socket until closed
+                return Sent(exc.code, exc.read().decode(), time.perf_counter() - started)
 
     def event(self, event: dict[str, Any], event_id: str, *, retry_num: int | None = None, **kw: Any) -> Sent:
         envelope = {

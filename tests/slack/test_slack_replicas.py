@@ -73,6 +73,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, postgres_server: Any, doct
                 replica.proc.wait(timeout=60)
             except subprocess.TimeoutExpired:
                 replica.proc.kill()
+                replica.proc.wait(timeout=30)
         fake.stop()
         fleet.stop()
 

@@ -36,7 +36,8 @@ def health(bot: Any) -> tuple[int, str]:
         with urllib.request.urlopen(bot.url + "/health", timeout=5) as response:
             return response.status, response.read().decode()
     except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
+        with exc:  # an HTTPError holds the response and its socket until closed
+            return exc.code, exc.read().decode()
 
 
 def test_socket_mode_connects_with_the_app_token_and_reports_health(socket_bot: Any, fake_slack: Any) -> None:
@@ -51,7 +52,8 @@ def test_socket_mode_connects_with_the_app_token_and_reports_health(socket_bot: 
     # the HTTP port serves only /health in Socket Mode
     with pytest.raises(urllib.error.HTTPError) as info:
         urllib.request.urlopen(urllib.request.Request(bot.url + "/slack/events", data=b"{}", method="POST"), timeout=5)
-    assert info.value.code == 404
+    with info.value:  # close the error's response: left open, its socket is finalized by the GC in a later test
+        assert info.value.code == 404
 
 
 def test_slash_command_over_socket_mode_is_acked_fast_then_answered(socket_bot: Any, fake_slack: Any) -> None:

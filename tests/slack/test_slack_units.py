@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from bot.errors import BinaryInput
-from bot.slack.files import allowed_download, decode_text
+from bot.errors import BinaryInput, UserInputError
+from bot.slack.files import allowed_download, decode_text, fetch_file_text
 from bot.slack.hosts import parse_args
 from bot.slack.incoming import host_request, mentions_user, slack_to_plain, strip_bot_mention
 from bot.slack.progress import ThrottledUpdater
@@ -115,3 +115,15 @@ def test_decoding_refuses_archives_and_binaries_but_keeps_text() -> None:
     for data, word in ((b"\x1f\x8b\x08\x00", "gzip"), (b"PK\x03\x04", "zip"), (b"ELF\x00\x01", "binary")):
         with pytest.raises(BinaryInput, match=word):
             decode_text(data, "x.bin")
+
+
+def test_refused_file_download_closes_the_error_response(fake_slack: Any) -> None:
+    """Slack refusing a download (403) is an HTTPError holding the open response; chained into the user's
+    error it would keep the socket open until the GC finds it (a ResourceWarning in some later test)."""
+    file = {"id": "F0GONE01", "name": "gone.log", "size": 10, "url_private_download": fake_slack.base_url.replace(
+        "/api/", "/files/F0GONE01/gone.log")}
+    with pytest.raises(UserInputError, match="could not download") as info:
+        fetch_file_text(None, file, token="xoxb-test", api_url=fake_slack.base_url, limit=1000)
+    cause = info.value.__cause__
+    assert getattr(cause, "code", None) == 403
+    assert cause.fp.closed  # type: ignore[union-attr]
