@@ -563,6 +563,8 @@ FACT_LABELS_ZH: dict[str, str] = {
     "num_attention_heads": "注意力头数", "weights_gib": "权重（GiB）", "activation_peak_gib": "激活峰值（GiB）",
     "non_torch_gib": "非 torch 显存（GiB）", "kv_cache_gib": "KV 缓存（GiB）", "kv_cache_tokens": "KV 缓存（token 数）",
     "gpu_blocks": "GPU 块数", "cpu_blocks": "CPU 块数", "max_concurrency": "最大并发（倍）",
+    "estimated_max_model_len": "KV 缓存可容纳的最长上下文（token 数）", "kv_cache_needed_gib": "所需 KV 缓存（GiB）",
+    "port": "端口", "launch_command": "启动命令",
 }
 
 

@@ -143,8 +143,8 @@ def uncovered_lines(d: Any, doctor: Any, lang: Language, color: bool = False) ->
     out.append(_c(t("unknown.triage", lang, title=steps.title_zh if lang == "zh" else steps.title), "bold", color))
     for i, step in enumerate(steps.steps, 1):
         out.append(f"  {i}. {step.text_zh if lang == 'zh' else step.text}")
-        if step.command:
-            out.append(_c(f"     $ {step.command}", "cyan", color))
+        if step.command:  # placeholders filled from the log like a case's commands ({model_dir}, {port}, …)
+            out.append(_c(f"     $ {fill(step.command, getattr(d, 'fix_values', None))}", "cyan", color))
     if steps.checks:
         flags = " ".join(f"--check {c}" for c in steps.checks)
         out.append(t("unknown.checks", lang))

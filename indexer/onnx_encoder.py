@@ -23,6 +23,7 @@ import shutil
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -117,7 +118,7 @@ class OnnxEncoder:
         self._tokenizer: Any = None
         self._fallback: SentenceTransformerEncoder | None = None
         self._load_lock = threading.Lock()
-        self.progress = False  # accepted for symmetry with SentenceTransformerEncoder (no bar here)
+        self.progress = False  # a progress bar while embedding many texts (`vllm-doctor index` on a terminal)
         self.exported = False  # True when this process exported the file (tests, `vllm-doctor index`)
 
     @property
@@ -286,7 +287,8 @@ class OnnxEncoder:
         return arr, np.ones_like(arr)
 
     @staticmethod
-    def _run(session: Any, batches: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+    def _run(session: Any, batches: list[tuple[np.ndarray, np.ndarray]],
+             advance: Callable[[int], None] | None = None) -> np.ndarray:
         out = []
         for ids, mask in batches:
             feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
@@ -296,7 +298,19 @@ class OnnxEncoder:
             vectors = summed / np.clip(weights.sum(axis=1), 1e-9, None)  # sentence-transformers' mean pooling
             norms = np.linalg.norm(vectors, axis=1, keepdims=True)
             out.append(vectors / np.clip(norms, 1e-12, None))  # torch.nn.functional.normalize's eps
+            if advance is not None:
+                advance(len(ids))
         return np.vstack(out).astype(np.float32, copy=False)
+
+    def _run_with_bar(self, batches: list[tuple[np.ndarray, np.ndarray]], total: int) -> np.ndarray:
+        """The same vectors under a rich progress bar on stderr (`vllm-doctor index` on a terminal only)."""
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        columns = (TextColumn("embedding KB documents"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
+        with Progress(*columns, console=Console(stderr=True), transient=False) as bar:
+            task = bar.add_task("embed", total=total)
+            return self._run(self._session, batches, lambda n: bar.advance(task, n))
 
     def encode(self, texts: list[str]) -> np.ndarray:
         self._load()
@@ -315,7 +329,10 @@ class OnnxEncoder:
             ids = np.asarray([encodings[r].ids[:width] for r in rows], dtype=np.int64)
             mask = np.asarray([encodings[r].attention_mask[:width] for r in rows], dtype=np.int64)
             batches.append((ids, mask))
-        vectors = self._run(self._session, batches)
+        if self.progress and len(texts) > self.batch_size:
+            vectors = self._run_with_bar(batches, len(texts))
+        else:
+            vectors = self._run(self._session, batches)
         result = np.empty_like(vectors)
         result[order] = vectors
         return np.ascontiguousarray(result)

@@ -194,6 +194,9 @@ def test_rule_names_labels_and_logfacts_agree() -> None:
     names = {f.name for f in fields(LogFacts)} - {"sources", "quotes", "conflicts"}
     assert set(FACTS) == names
     assert set(FACT_LABELS) == names
+    from bot.i18n import FACT_LABELS_ZH
+
+    assert set(FACT_LABELS_ZH) == names, set(FACT_LABELS) ^ set(FACT_LABELS_ZH)  # every fact has its Chinese label
 
 
 def test_linear_in_paste_size() -> None:

@@ -114,7 +114,8 @@ def test_batch_bom_deep_json_and_an_endless_line_each_get_their_object(doctor: A
     out = [json.loads(line) for line in proc.stdout.decode().splitlines()]
     assert [o["id"] for o in out] == ["bom", None, "after", None]
     assert out[0]["matches"][0]["case_id"] == "kv-cache-no-memory"  # the BOM did not cost the first record
-    assert out[1] == {"id": None, "verdict": "unknown", "matches": [], "error": "line 2: JSON nested too deeply"}
+    assert out[1] == {"id": None, "verdict": "unknown", "matches": [], "root": None,
+                      "error": "line 2: JSON nested too deeply"}
     assert out[2]["matches"][0]["case_id"] == "kv-cache-no-memory"
     assert out[3]["verdict"] == "unknown" and "line 4: longer than the input limit" in out[3]["error"]
 

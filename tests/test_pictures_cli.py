@@ -93,7 +93,8 @@ def test_diagnose_group_fleet_diff_baseline_drift_and_pictures(built_index: Path
         assert data["fleet_diff"] == ["gpu04 differs from 3 of 4 hosts: driver 535.104.05 vs 570.86.15"]
         assert data["drift"] == []
         assert [h["host"] for h in data["hosts"]] == list(hosts)  # the documented keys are still there
-        assert Image.open(grid).size[0] >= 800 and Image.open(mem).size[0] >= 1000
+        with Image.open(grid) as grid_png, Image.open(mem) as mem_png:
+            assert grid_png.size[0] >= 800 and mem_png.size[0] >= 1000
         # the planted host's driver changes after the baseline: the next run names that drift first
         smi = fleet.root / "profiles" / "driver-535" / "nvidia-smi.txt"
         smi.write_text(smi.read_text().replace("535.104.05", "535.183.01"))

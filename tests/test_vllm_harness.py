@@ -44,7 +44,8 @@ def test_sigterm_stops_the_server_and_its_process_group(tmp_path):
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     lines: queue.Queue[str] = queue.Queue()
-    threading.Thread(target=lambda: [lines.put(line) for line in script.stdout], daemon=True).start()
+    reader = threading.Thread(target=lambda: [lines.put(line) for line in script.stdout], daemon=True)
+    reader.start()
     try:
         seen = []
         while not any("healthy after" in line for line in seen):
@@ -65,3 +66,7 @@ def test_sigterm_stops_the_server_and_its_process_group(tmp_path):
     finally:
         if script.poll() is None:
             script.kill()
+        script.wait(timeout=60)
+        reader.join(timeout=30)  # EOF once the script is gone
+        assert script.stdout is not None
+        script.stdout.close()  # the pipe is ours to close (else the GC does, in a later test)

@@ -100,10 +100,18 @@ def facts_to_json(d: Any) -> dict[str, Any]:
     return {name: {"value": value, "line": facts.sources.get(name)} for name, value in known.items()}
 
 
+ROOT_JSON_CHARS = 16_384  # a longer root line is cut here ("cut": true); the whole line is in "evidence", once
+
+
 def root_to_json(d: Any) -> dict[str, Any] | None:
     """The line to fix and its component (bot/root.py), or None when no line states the cause."""
     root = getattr(d, "root", None)
-    return None if root is None else {"line": root.line, "text": root.text, "component": root.component}
+    if root is None:
+        return None
+    out: dict[str, Any] = {"line": root.line, "text": root.text, "component": root.component}
+    if len(root.text) > ROOT_JSON_CHARS:
+        out["text"], out["cut"] = root.text[:ROOT_JSON_CHARS] + "…", True
+    return out
 
 
 def fix_to_json(d: Any, case: Any) -> dict[str, Any]:

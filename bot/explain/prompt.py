@@ -173,11 +173,13 @@ def render_messages(
     root = getattr(draft.diagnosis, "root", None)
     triage_steps: list[str] = []
     if root is not None and draft.diagnosis.verdict != "match":  # no case established: the component's steps
+        from bot.fix_values import fill
         from bot.root import triage
 
         steps = triage(root.component).steps
-        triage_steps = [f"{s.text_zh if draft.lang == 'zh' else s.text}" + (f" `{s.command}`" if s.command else "")
-                        for s in steps]
+        values = getattr(draft.diagnosis, "fix_values", None)
+        triage_steps = [f"{s.text_zh if draft.lang == 'zh' else s.text}"
+                        + (f" `{fill(s.command, values)}`" if s.command else "") for s in steps]
     user = _env.get_template("explain_user.j2").render(
         root=root,
         root_text=(root.text[:ROOT_PROMPT_CHARS] + " …") if root is not None and len(root.text) > ROOT_PROMPT_CHARS

@@ -95,7 +95,7 @@ def test_dm_paste_gets_placeholder_then_threaded_answer_naming_the_case(http_bot
     assert update.params["text"].startswith("Likely cause: ")  # plain-text fallback
     blocks = update.params["blocks"]
     ids = [b.get("block_id") for b in blocks]
-    assert ids[:2] == ["verdict", "evidence"] and "fix" in ids and ids[-1] == "answer_actions"
+    assert ids[:3] == ["verdict", "root", "evidence"] and "fix" in ids and ids[-1] == "answer_actions"
     evidence = next(b for b in blocks if b.get("block_id") == "evidence")["text"]["text"]
     assert "No available memory for the cache blocks" in evidence
     fix = next(b for b in blocks if b.get("block_id") == "fix")["text"]["text"]

@@ -234,7 +234,9 @@ def _uncovered_blocks(diagnosis: Diagnosis, root: Any, answer_id: str, lang: Lan
     component: Component = root.component if root is not None else "other"
     steps = triage(component)
     title = steps.title_zh if lang == "zh" else steps.title
-    fix_text, _ = _fix_text([(s.text_zh if lang == "zh" else s.text, s.command) for s in steps.steps], lang)
+    values = getattr(diagnosis, "fix_values", None)  # triage commands are filled from the log like a case's
+    fix_text, _ = _fix_text([(s.text_zh if lang == "zh" else s.text, fill(s.command, values) if s.command else None)
+                             for s in steps.steps], lang)
     head = f"*{escape(t('unknown.triage', lang, title=title))}*"
     body, _ = _bounded_join([head, fix_text.split("\n", 1)[1] if "\n" in fix_text else fix_text],
                             SECTION_TEXT_MAX, "…")
