@@ -109,7 +109,8 @@ def score_proxy(pipeline, items: list[dict], errors: bool) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--labels", default=str(EVAL / "root_labels.jsonl"))
-    parser.add_argument("--logs", nargs="*", default=[str(EVAL / "dev.jsonl"), str(EVAL / "blind.jsonl")], help="eval sets holding the logs")
+    parser.add_argument("--logs", nargs="*", default=[str(EVAL / "dev.jsonl"), str(EVAL / "blind.jsonl")],
+                        help="eval sets holding the logs")
     parser.add_argument("--proxy", action="store_true", help="score the component proxy on the logs' expected cases")
     parser.add_argument("--limit", type=int, default=0, help="at most this many logs (0: all)")
     parser.add_argument("--errors", action="store_true", help="list every miss")
