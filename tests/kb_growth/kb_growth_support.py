@@ -17,7 +17,6 @@ for extra in (TESTS, TESTS / "slack"):  # shared helpers: tests/indexer_support.
         sys.path.insert(0, str(extra))
 
 from fake_slack import FakeSlack, _Handler  # noqa: E402
-from indexer_support import real_encoder  # noqa: E402
 
 REVIEWER = "U0REVIEW1"
 GROUP_REVIEWER = "U0GROUPR1"
@@ -92,12 +91,19 @@ def copy_kb(dest: Path) -> Path:
     return dest
 
 
+_ENCODERS: dict[str, Any] = {}  # one embedding model per path (onnx/torch) per test process
+
+
 def make_engine(settings: Any) -> Any:
-    """The real Pipeline on the settings' (temporary) KB and index, sharing the process's MiniLM model."""
+    """The real Pipeline on the settings' (temporary) KB and index, sharing the process's MiniLM model of the
+    settings' embedding path: the copied session index was built by that path, so opening it re-embeds nothing
+    (a model of the other path would make every test rebuild the index, ~20 s each)."""
     from bot.pipeline import Pipeline
 
     doctor = Pipeline.from_settings(settings)
-    doctor._encoder_instance = real_encoder()  # one model per test process (the lead's tests do the same)
+    if settings.encoder not in _ENCODERS:
+        _ENCODERS[settings.encoder] = doctor._make_encoder()
+    doctor._encoder_instance = _ENCODERS[settings.encoder]
     _ = doctor.matcher
     return doctor
 
