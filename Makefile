@@ -5,7 +5,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: lock deps-latest setup demo test test-fast typecheck lint eval bench system-deps vllm-venv clean
+.PHONY: lock deps-latest train setup demo test test-fast typecheck lint eval bench system-deps vllm-venv clean
 
 # Exactly what requirements.lock pins (hashes required); a stale lock is named in one line (scripts/setup_venv.sh).
 setup:
@@ -47,6 +47,11 @@ typecheck: setup
 # The edit loop: no real vLLM server, no sshd, nothing marked slow (the k-fold and blind-round scoring).
 test-fast: setup
 	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile -m "not vllm and not sshd and not slow"
+
+# The learned ranker (kb/ranker/ranker.json) from the labelled logs; seeded, a few minutes. Off by default
+# (VLLM_DOCTOR_RANKER=learned turns it on); `vllm-doctor train --kfold` prints the held-back ablation.
+train: setup
+	$(VENV)/bin/vllm-doctor train tests/eval/dev.jsonl
 
 eval: setup
 	$(VENV)/bin/vllm-doctor eval tests/eval/dev.jsonl --errors
