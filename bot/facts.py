@@ -375,8 +375,9 @@ FACT_LABELS: dict[str, str] = {
 }
 
 
-def fact_lines(facts: LogFacts | None) -> list[str]:
-    """'label: value' per known fact, in display order (plain text; callers escape for their medium)."""
+def fact_lines(facts: LogFacts | None, label_of: Callable[[str, str], str] | None = None) -> list[str]:
+    """'label: value' per known fact, in display order (plain text; callers escape for their medium).
+    label_of(name, english_label) words a label in the answer's language (presentation passes it)."""
     if facts is None:
         return []
     known = facts.known()
@@ -385,5 +386,5 @@ def fact_lines(facts: LogFacts | None) -> list[str]:
         if name in known:
             value = known[name]
             shown = f"{value:g}" if isinstance(value, float) else str(value)
-            out.append(f"{label}: {shown}")
+            out.append(f"{label_of(name, label) if label_of else label}: {shown}")
     return out

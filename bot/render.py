@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bot.facts import FACT_LABELS
+from bot.facts import fact_lines
 from bot.fix_values import fill, note_lines, step_lines
 from bot.i18n import Language, case_cause, case_title, fact_label, localize_note, step_text, t
 from bot.root import cases_affecting, classify, established, read_root, search_phrase, triage
@@ -162,16 +162,8 @@ def uncovered_lines(d: Any, doctor: Any, lang: Language, color: bool = False) ->
 
 
 def fact_text(facts: Any, lang: Language) -> list[str]:
-    if facts is None:
-        return []
-    known = facts.known()
-    out = []
-    for name, label in FACT_LABELS.items():
-        if name in known:
-            value = known[name]
-            shown = f"{value:g}" if isinstance(value, float) else str(value)
-            out.append(f"{fact_label(name, label, lang)}: {shown}")
-    return out
+    """The facts' lines with their labels in the answer's language."""
+    return fact_lines(facts, lambda name, english: fact_label(name, english, lang))
 
 
 def render_text(
