@@ -53,6 +53,9 @@ def score_labels(pipeline, labels: list[dict], logs: dict[str, dict], errors: bo
         if label.get("root_line") is None:
             none_n += 1
             none_ok += root is None
+            if root is not None:
+                misses.append(f"{label['id']}: line {root.line} vs none")
+            continue  # no root line, so no component: the contract carries the component on the root
         else:
             line_n += 1
             ok = root is not None and root.line == label["root_line"]

@@ -307,6 +307,30 @@ _RULES: list[tuple[str, re.Pattern[str], _Handler]] = [
     ("cuda_visible_devices", re.compile(r"CUDA_VISIBLE_DEVICES=([\d,]+)(?:\s|$)"),
      lambda m, f: f.set("gpu_count", len([d for d in m.group(1).split(",") if d]))),
 ]
+# a platform other than Linux + NVIDIA (bot/root.py reads a generic error there as the platform's): marker,
+# the pattern that confirms it, the name shown. Markers are picked so that no common word holds them ("tpu" is
+# in "output", "npu" in "input"): each marker is read on a bounded number of lines.
+_PLATFORMS: tuple[tuple[str, str, str], ...] = (
+    ("ascend", r"\bAscend\b", "Ascend NPU"), ("cann", r"\bCANN(?:_\w+)?\b", "Ascend NPU"),
+    ("torch_npu", r"\btorch_npu\b", "Ascend NPU"),
+    ("rocm", r"\bROCm\b", "ROCm"), ("gfx", r"\bgfx\d{3,4}\b", "ROCm"), ("hip error", r"\bHIP error\b", "ROCm"),
+    ("hiperror", r"\bhipError", "ROCm"),
+    ("windows", r"\bWindows\b", "Windows"), ("dll", r"DLL load failed|\.dll\b", "Windows"),
+    ("wsl", r"\bWSL\d?\b", "WSL"),
+    ("ppc64le", r"\bppc64le\b", "ppc64le"), ("s390x", r"\bs390x\b", "s390x"), ("xpu", r"\bXPU\b", "Intel XPU"),
+    ("gaudi", r"\bGaudi\b", "Gaudi (HPU)"), ("hpu", r"\bHPU\b", "Gaudi (HPU)"), ("habana", r"habana", "Gaudi (HPU)"),
+    ("platform tpu", r"platform tpu", "TPU"), ("libtpu", r"\blibtpu", "TPU"),
+    ("neuron", r"\bNeuron\b", "AWS Neuron"), ("macos", r"\bmacOS\b", "macOS"), ("darwin", r"\bdarwin\b", "macOS"),
+)
+def _named_platform(name: str) -> _Handler:
+    def handler(_m: re.Match[str], f: _Facts) -> None:
+        f.set("platform", name)
+
+    return handler
+
+
+_RULES.extend((marker, re.compile(pattern, re.IGNORECASE if marker in ("habana", "darwin") else 0),
+               _named_platform(name)) for marker, pattern, name in _PLATFORMS)
 _MARKERS = tuple(dict.fromkeys(marker for marker, _, _ in _RULES))
 _BY_MARKER: dict[str, list[tuple[re.Pattern[str], _Handler]]] = {}
 for _marker, _pattern, _handler in _RULES:
@@ -372,6 +396,7 @@ FACT_LABELS: dict[str, str] = {
     "kv_cache_needed_gib": "KV cache needed (GiB)",
     "port": "port",
     "launch_command": "launch command",
+    "platform": "platform",
 }
 
 

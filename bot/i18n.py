@@ -505,6 +505,8 @@ _TEXT.update({
     "since.none": {"en": "Nothing the two logs both state differs (versions, engine arguments, memory figures).",
                    "zh": "两份日志都给出的版本、引擎参数和显存数字没有差异。"},
     "since.versions": {"en": "versions", "zh": "版本"},
+    "slack.since.source": {"en": "the healthy start-up of {model} pasted in this channel on {day}",
+                           "zh": "{day} 在本频道贴出的 {model} 正常启动日志"},
     "since.engine": {"en": "engine args", "zh": "引擎参数"},
     "since.memory": {"en": "memory", "zh": "显存"},
     "fit.unfilled": {"en": "<…> values are not in the log: fill them in before running the command",
@@ -564,7 +566,7 @@ FACT_LABELS_ZH: dict[str, str] = {
     "non_torch_gib": "非 torch 显存（GiB）", "kv_cache_gib": "KV 缓存（GiB）", "kv_cache_tokens": "KV 缓存（token 数）",
     "gpu_blocks": "GPU 块数", "cpu_blocks": "CPU 块数", "max_concurrency": "最大并发（倍）",
     "estimated_max_model_len": "KV 缓存可容纳的最长上下文（token 数）", "kv_cache_needed_gib": "所需 KV 缓存（GiB）",
-    "port": "端口", "launch_command": "启动命令",
+    "port": "端口", "launch_command": "启动命令", "platform": "平台",
 }
 
 

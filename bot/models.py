@@ -198,6 +198,7 @@ class LogFacts:
     kv_cache_needed_gib: float | None = None  # V1: "(16.00 GiB KV cache is needed, …"
     port: int | None = None  # --port, non-default args, "Uvicorn running on http://0.0.0.0:8000"
     launch_command: str | None = None  # the `vllm serve …` / api_server line the log starts with (redacted)
+    platform: str | None = None  # a platform other than Linux + NVIDIA the log names ("Ascend NPU", "ROCm", …)
     sources: dict[str, int] = field(default_factory=dict)
     quotes: dict[int, str] = field(default_factory=dict)  # line number → the cleaned line a fact came from
     # field → the other values the log states for it, with their lines (the first stated one is used)

@@ -45,7 +45,7 @@ from bot.models import (
 from bot.ops import metrics
 from bot.paste import Paste, decode_input
 from bot.ranker import DEFAULT_ARTIFACT, BoundRanker, load_for_kb
-from bot.root import find_root
+from bot.root import find_root, pasted_line_root
 from bot.settings import Settings, get_settings, require_cases_dir
 from bot.versions import known_versions
 from kb.loader import DEFAULT_CASES_DIR, KnowledgeBase, case_files, load_kb
@@ -271,9 +271,19 @@ class Pipeline:
         `explain --since` (bot/since.py)."""
         return read_facts(decode_input(data, self.settings.max_input_bytes).text)
 
+    def healthy_startup(self, data: str | bytes | Paste) -> tuple[str, LogFacts] | None:
+        """A healthy start-up log's redacted text and facts (bot/since.py), else None: Slack keeps them per
+        channel and model to say what changed when a failing log of that model is pasted later."""
+        from bot.since import healthy_startup
+
+        paste = decode_input(data, self.settings.max_input_bytes)
+        distilled = distill(paste, keywords=self._keywords)
+        facts = read_facts(paste.text)
+        return (paste.text, facts) if healthy_startup(paste.text, distilled, facts) else None
+
     def match(
         self, data: str | bytes | Paste, mode: Mode = "hybrid", *,
-        host_versions: Mapping[str, str] | None = None, host_label: str = "",
+        host_versions: Mapping[str, str] | None = None, host_label: str = "", host_gpus: int | None = None,
     ) -> Diagnosis:
         """The deterministic part of the explain flow: decode, distill, match (or answer a question).
 
@@ -297,7 +307,8 @@ class Pipeline:
             asked = self.question_matcher.match(paste.text)
             distilled = replace(distilled, language=asked.language)
             elapsed = (time.perf_counter() - started) * 1000
-            return Diagnosis(asked.verdict, asked.matches, distilled, elapsed_ms=elapsed, kind="question")
+            return Diagnosis(asked.verdict, asked.matches, distilled, elapsed_ms=elapsed, kind="question",
+                             root=pasted_line_root(paste.text, distilled, None))
         facts = read_facts(paste.text)
         versions = known_versions(facts, host_versions, host_label)
         ranking = self.matcher.rank(distilled, mode=mode, facts=facts, versions=versions)
@@ -310,7 +321,7 @@ class Pipeline:
             facts=facts,
             notes=ranking.notes,
             root=find_root(distilled, facts, ranking.verdict, ranking.matches),  # bot/root.py
-            fix_values=fit_values(facts),
+            fix_values=fit_values(facts, host_gpus),
         )
 
     # -- explain: diagnosis → explanation (LLM when configured, KB-only otherwise) --------------------

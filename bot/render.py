@@ -179,7 +179,7 @@ def render_text(
     score = f" ({best.score:.2f})" if best and d.verdict == "match" else ""
     verdict = t(f"verdict.question.{d.verdict}" if question else f"verdict.{d.verdict}", lang)
     out.append(_c(f"{t('label.verdict', lang)}: {verdict}{score}", d.verdict, color))
-    if not question:
+    if not question or getattr(d, "root", None) is not None:  # a pasted error line answered as a question
         out.extend(root_lines(d, lang))
     for note in (*d.distilled.notes, *d.notes):
         out.append(_c(f"{t('label.note', lang)}: {localize_note(note, lang)}", "dim", color))

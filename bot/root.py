@@ -27,7 +27,8 @@ RootKind = Literal["case", "exception", "notice", "error", "wrapper", "fact"]
 # Why a paste has no root line.
 MissingReason = Literal["truncated", "warnings_only", "no_error", "wrappers_only"]
 
-_FRAME_TEXT = re.compile(r'File "[^"]+", line \d+|^\s*\^[\^~\s]*$')
+# a traceback frame, its caret line, or the source line it quotes (`raise X(` is code, not the error it raises)
+_FRAME_TEXT = re.compile(r'File "[^"]+", line \d+|^\s*\^[\^~\s]*$|^\s*raise\s+[\w.]+\s*(?:\(|$)')
 _SKIP = re.compile(
     r"Traceback \(most recent call last\)|^The above exception was the direct cause|"
     r"^During handling of the above exception|\[[\w.]+:\d+\]\s*$|^\s*$|CUDA kernel errors might be asynchronously|"
@@ -35,7 +36,9 @@ _SKIP = re.compile(
 )
 # An exception named with its message anywhere in the line ("… ERROR … ValueError: x", "OSError: [Errno 116] …")
 _EXCEPTION = re.compile(
-    r"(?:^|[^\w.])(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Failure|Fault)(?::\s*\S|\s*$)|"
+    r"(?:^|[^\w.])(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Failure|Fault)\)?(?::\s*\S|\s*$|\(['\"])|"
+    r"(?:失败|错误|报错|异常)\s*[:：]|^\s*Value error, |\bAssertion\b.*\bfailed\b|^\s*Assertion [`'(]|\bFATAL: |"
+    r"\brequires [\w.-]+\s*[<>=!~]=?\s*[\w.*]+, but you have\b|"
     r"CUDA error|CUBLAS_STATUS|cudaError|NCCL WARN|NCCL error|nccl\w*Error|\bXid\b|Bus error|Segmentation fault|"
     r"Fatal Python error|\[Errno \d+\]|out of memory|Illegal instruction|undefined symbol|"
     r"cannot open shared object file|^error: "
@@ -73,6 +76,9 @@ def _compiled(cmap: ComponentMap) -> tuple[list[tuple[Component, re.Pattern[str]
 
 
 _RULES, _WRAPPERS, _NOTICES = _compiled(default_component_map())
+# components a generic line gets that, off Linux + NVIDIA, are more likely the platform's doing
+_PLATFORM_GENERIC: frozenset[Component] = frozenset(
+    {"other", "cuda-driver-stack", "python-packages", "engine-config", "gpu-hardware"})
 
 
 def classify(text: str) -> Component:
@@ -107,7 +113,9 @@ def _tier(line: LogLine) -> tuple[int, RootKind] | None:
     if _WRAPPERS.search(text):
         return 4, "wrapper"
     if line.level == "warning":
-        return None
+        # a client's retry warnings ("… (ConnectError): All connection attempts failed") are where some logs
+        # state their only error: the root when no error line states one
+        return (7, "exception") if _EXCEPTION.search(text) or line.kind == "root" else None
     if _EXCEPTION.search(text):
         return 2, "exception"
     if line.kind == "root":
@@ -169,6 +177,7 @@ def read_root(
     if verdict == "match" and best is not None:
         line = _case_line(best, distilled, facts)
         if line is not None:
+            line = _message_below(distilled, _block_head(candidates, line))
             component = case_component(best.case_id, best.area)
             return RootReading(Root(line.line_no, line.text.strip(), component), "case",
                                others=_others(candidates, line, component))
@@ -181,12 +190,37 @@ def read_root(
     if chosen is None or (chosen[0] >= 4 and distilled.truncated):
         return RootReading(None, missing=_missing(distilled, candidates))
     tier, kind, line = chosen
+    line = _message_below(distilled, line)
     component = classify(line.text)
-    if component == "other" and best is not None and any(e.line_no == line.line_no for e in best.evidence
+    if component in _PLATFORM_GENERIC and facts is not None and facts.platform is not None:
+        component = "platform"
+    elif component == "other" and best is not None and any(e.line_no == line.line_no for e in best.evidence
                                                          if e.why.startswith("signature:")):
         component = case_component(best.case_id, best.area)  # the candidate's fingerprint is on this very line
     return RootReading(Root(line.line_no, line.text.strip(), component), kind,
                        others=_others(candidates, line, component))
+
+
+def _block_head(candidates: list[tuple[int, RootKind, LogLine]], line: LogLine) -> LogLine:
+    """The case's fingerprint line, or the exception line right above it that states the same error first
+    ("DistBackendError: NCCL error … unhandled cuda error" above "ncclUnhandledCudaError: …")."""
+    above = [c for c in candidates if c[0] == 2 and 0 < line.line_no - c[2].line_no <= 2]
+    return above[0][2] if above else line
+
+
+_BARE_EXCEPTION = re.compile(r"(?:^|\s)(?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception):\s*$")
+
+
+def _message_below(distilled: Distilled, line: LogLine) -> LogLine:
+    """`RuntimeError:` with its message on the next line (pip's build output, indented tracebacks): the message
+    line states the error."""
+    if not _BARE_EXCEPTION.search(line.text):
+        return line
+    by_line = {ln.line_no: ln for ln in distilled.cleaned}
+    below = by_line.get(line.line_no + 1)
+    if below is None or not below.text.strip() or _FRAME_TEXT.search(below.text) or _SKIP.search(below.text.strip()):
+        return line
+    return below
 
 
 def _others(
@@ -214,6 +248,22 @@ def find_root(
     distilled: Distilled, facts: LogFacts | None, verdict: Verdict, matches: Sequence[Match]
 ) -> Root | None:
     return read_root(distilled, facts, verdict, matches).root
+
+
+_ASKED = re.compile(
+    r"[?？]|^\s*(?:how|why|what|when|where|which|who|can|could|does|do|is|are|should|would|any)\b|"
+    r"怎么|怎样|为什么|为何|如何|请问|能否|是否|吗\s*$|呢\s*$|求助",
+    re.IGNORECASE,
+)
+
+
+def pasted_line_root(text: str, distilled: Distilled, facts: LogFacts | None) -> Root | None:
+    """The root of a short paste answered as a question: a pasted error line ("Bus error (core dumped)", an
+    issue title naming a failure) has one; text phrased as a question has none."""
+    if _ASKED.search(text):
+        return None
+    reading = read_root(distilled, facts, "unknown", ())
+    return reading.root if reading.kind in ("exception", "notice", "error", "fact") else None
 
 
 def established(verdict: Verdict, matches: Sequence[Match], root: Root | None) -> bool:
@@ -275,6 +325,6 @@ def search_phrase(text: str) -> str:
 
 __all__ = [
     "MissingReason", "RootKind", "RootReading", "case_component", "cases_affecting", "classify", "established",
-    "find_root", "read_root",
+    "find_root", "pasted_line_root", "read_root",
     "search_phrase", "triage",
 ]

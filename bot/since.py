@@ -7,9 +7,16 @@ one log states is not a change we know of (the other may have used the default) 
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
-from bot.models import Change, LogFacts
+from bot.models import Change, Distilled, LogFacts
+from bot.root import read_root
+
+# what a vLLM server prints once it serves (or has sized its KV cache): a start-up that worked
+_STARTED = re.compile(r"Application startup complete|Uvicorn running on|Starting vLLM API server|"
+                      r"# (?:GPU|CUDA) blocks: [1-9]|GPU KV cache size: [1-9]|Available KV cache memory: \d*[1-9]|"
+                      r"num_gpu_blocks is: [1-9]")
 
 _GROUPS: tuple[tuple[Literal["versions", "engine", "memory"], tuple[str, ...]], ...] = (
     ("versions", ("vllm_version", "torch_version", "cuda_version", "driver_version", "python_version")),
@@ -36,6 +43,14 @@ def what_changed(good: LogFacts, bad: LogFacts) -> list[Change]:
             out.append(Change(group, name, _shown(before), _shown(after), good.sources.get(name),
                               bad.sources.get(name)))
     return out
+
+
+def healthy_startup(text: str, distilled: Distilled, facts: LogFacts) -> bool:
+    """A log of a start-up that worked: it names its model, says the server came up (or sized a positive KV
+    cache) and states no error to fix. Slack keeps such a log as the channel's working run of that model."""
+    if not facts.model or read_root(distilled, facts, "unknown", ()).root is not None:
+        return False
+    return _STARTED.search(text) is not None
 
 
 def changes_to_json(changes: list[Change]) -> list[dict[str, object]]:

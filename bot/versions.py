@@ -108,6 +108,19 @@ def report_versions(report: Any) -> dict[str, str]:
     return {k: v for k, v in per_host[0].items() if all(other.get(k) == v for other in per_host[1:])}
 
 
+def report_gpus(report: Any) -> int | None:
+    """The GPUs the one checked host of a /vllm-diagnose report counted (nvidia-smi), for {tp_fit}; None for a
+    group (hosts differ) or when no check counted them."""
+    checked = [h for h in report.hosts if not h.error]
+    if len(checked) != 1:
+        return None
+    for check in checked[0].checks:
+        count = (check.facts or {}).get("gpu_count")
+        if isinstance(count, int) and not isinstance(count, bool) and count > 0:
+            return count
+    return None
+
+
 def _where(known: KnownVersion, lang: Language) -> str:
     if known.source == "host":
         return t("version.where_host", lang, host=known.host or "?", shown=known.text)

@@ -61,6 +61,7 @@ FACTS: dict[str, FactKind] = {
     "kv_cache_needed_gib": "number",
     "port": "number",
     "launch_command": "text",
+    "platform": "text",
 }
 
 MAX_RULE_CHARS = 300

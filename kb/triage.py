@@ -87,6 +87,16 @@ class ComponentMap(_Strict):
     cause_notices: list[str] = Field(default_factory=list,
                                      description="regexes of INFO/WARNING lines that state a cause")
 
+    @field_validator("wrappers", "cause_notices")
+    @classmethod
+    def _patterns_compile(cls, v: list[str]) -> list[str]:
+        for pattern in v:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"bad regex {pattern!r}: {exc}") from exc
+        return v
+
     def for_case(self, case_id: str, area: str) -> ComponentName | None:
         return self.cases.get(case_id) or self.areas.get(area)
 

@@ -106,10 +106,65 @@ def test_a_root_line_longer_than_10_kb_is_kept_whole() -> None:
     ("OSError: [Errno 98] Address already in use", "serving-api"),
     ("RuntimeError: vLLM does not support Windows natively", "platform"),
     ("vllm serve: error: unrecognized arguments: --foo", "engine-config"),
+    ("AttributeError: 'str' object has no attribute 'additional_kwargs'", "other"),
+    ("ImportError: DLL load failed while importing _C: The specified procedure could not be found.", "platform"),
+    ("httpx.ConnectError: All connection attempts failed", "serving-api"),
+    ("ValueError: Unknown RoPE scaling type extended", "model-files"),
     ("zzz happened", "other"),
 ])
 def test_component_rules(line: str, component: str) -> None:
     assert classify(line) == component
+
+
+def test_the_line_a_traceback_quotes_is_code_not_the_root() -> None:
+    text = ("ERROR [serving.py:323]   File \"/x/vllm/renderers/hf.py\", line 451, in safe_apply_chat_template\n"
+            "ERROR [serving.py:323]     raise ChatTemplateResolutionError(\n"
+            "ERROR [serving.py:323] vllm.entrypoints.chat_utils.ChatTemplateResolutionError: As of transformers "
+            "v4.44, default chat template is no longer allowed\n")
+    reading = _read(text)
+    assert reading.root is not None and reading.root.line == 3
+
+
+@pytest.mark.parametrize(("text", "line"), [
+    # an exception in repr form under a "dead engine" notice
+    ("CRITICAL 01-08 09:20:26 launcher.py:99] MQLLMEngine is already dead, terminating server process\n"
+     "ERROR 01-08 09:20:26 engine.py:135] AttributeError(\"'_OpNamespace' 'vllm' object has no attribute 'x'\")\n",
+     2),
+    # pydantic's header wraps the message below it
+    ("pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelConfig\n"
+     "  Value error, User-specified max_model_len (513) is greater than the derived max_model_len (512)\n", 2),
+    # pip's resolver preamble, then the conflict itself
+    ("ERROR: pip's dependency resolver does not currently take into account all the packages that are installed.\n"
+     "llmcompressor 0.9.0 requires compressed-tensors==0.13.0, but you have compressed-tensors 0.12.2 which is "
+     "incompatible\n", 2),
+    # a client's retry warning is where its only error is stated
+    ("2025-06-11 15:26:16 | INFO | app:_generate:542 - generating\n"
+     "2025-06-11 15:26:16 | WARNING | app.core.llm:call:180 - (ConnectError): All connection attempts failed\n", 2),
+])
+def test_the_line_that_states_the_error(doctor, text: str, line: int) -> None:
+    distilled, facts = doctor.distil(text)  # the pipeline's distillation (its keywords keep more lines)
+    reading = read_root(distilled, facts, "unknown", ())
+    assert reading.root is not None and reading.root.line == line, reading
+
+
+def test_off_linux_nvidia_a_generic_error_is_the_platforms() -> None:
+    text = "CANN_VERSION : 8.1.RC1\nRuntimeError: call aclnnGather failed, detail: index out of range\n"
+    reading = _read(text)
+    assert reading.root is not None and reading.root.component == "platform"
+    reading = _read("RuntimeError: call aclnnGather failed, detail: index out of range\n")
+    assert reading.root is not None and reading.root.component == "other"
+
+
+@pytest.mark.parametrize(("text", "rooted"), [
+    ("Bus error (core dumped)", True),
+    ("Illegal Instruction (Core Dumped) when Running Model with CPU Docker Image", True),
+    ("how do I fix CUDA out of memory?", False),
+    ("vllm 启动报 CUDA out of memory 怎么办", False),
+])
+def test_a_pasted_error_line_has_a_root_a_question_has_none(doctor, text: str, rooted: bool) -> None:
+    diagnosis = doctor.match(text)
+    assert diagnosis.kind == "question"
+    assert (diagnosis.root is not None) == rooted, diagnosis.root
 
 
 def test_search_phrase_keeps_the_stable_part_of_the_message() -> None:

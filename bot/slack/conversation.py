@@ -96,8 +96,10 @@ def diagnose_and_answer(deps: SlackDeps, client: Any, request: LogRequest) -> st
         if not request.only_if_log_like:  # nobody asked: stay quiet
             tell_user(client, where, kit.input_error(str(exc)))
         return None
-    if request.only_if_log_like and not looks_like_error_log(paste.text):
-        return None
+    if not looks_like_error_log(paste.text):
+        _keep_if_healthy(deps, where.channel, paste)
+        if request.only_if_log_like:
+            return None
 
     locale = deps.locales.language_of(client, where.user)
     post = _Poster(client, where, deps.settings.slack_update_interval_s)
@@ -109,7 +111,7 @@ def diagnose_and_answer(deps: SlackDeps, client: Any, request: LogRequest) -> st
     host = deps.thread_facts.lookup(where.channel, where.thread_ts)
     try:
         diagnosis = deps.pipeline.match(paste, host_versions=host.versions if host else None,
-                                        host_label=host.label if host else "")
+                                        host_label=host.label if host else "", host_gpus=host.gpus if host else None)
     except errors.UserInputError as exc:
         post.retract()
         tell_user(client, where, kit.input_error(str(exc)))
@@ -120,6 +122,8 @@ def diagnose_and_answer(deps: SlackDeps, client: Any, request: LogRequest) -> st
         post.final(kit.internal_error(ref, answer_language(locale, question_language(paste.text))))
         return None
 
+    if diagnosis.root is None and getattr(diagnosis, "kind", "log") == "log":  # a start-up log with warnings
+        _keep_if_healthy(deps, where.channel, paste)
     metrics.VERDICTS.labels(verdict=diagnosis.verdict).inc()
     answer_id = deps.recent.new_id()
     lang = answer_language(locale, diagnosis.distilled.language)
@@ -132,9 +136,11 @@ def diagnose_and_answer(deps: SlackDeps, client: Any, request: LogRequest) -> st
     host = host if explain else None
     host_note = blocks.host_facts_note(host.label, host.created) if host else None
 
+    since = _since_working_run(deps, where.channel, diagnosis)
+
     def build(**kw: Any) -> Message:
         return blocks.answer(diagnosis, answer_id=answer_id, case=case, asker=asker, outcome=outcome,
-                             host_facts_note=host_note, language=lang, **kw)
+                             host_facts_note=host_note, language=lang, since=since, **kw)
 
     first = build(llm_pending=explain)
     record = AnswerRecord(
@@ -166,6 +172,32 @@ def diagnose_and_answer(deps: SlackDeps, client: Any, request: LogRequest) -> st
         _stream_explanation(deps, diagnosis, build, post, list(host.facts) if host else None, lang)
     _attach_files(deps, diagnosis, post, answer_id, lang)
     return answer_id
+
+
+def _keep_if_healthy(deps: SlackDeps, channel: str, paste: Paste) -> None:
+    """A healthy start-up log is kept as the channel's working run of its model (bot/slack/healthy_runs.py)."""
+    try:
+        healthy = deps.pipeline.healthy_startup(paste)
+        if healthy is not None:
+            deps.healthy_runs.remember(channel, *healthy)
+    except Exception:  # noqa: BLE001 - bookkeeping must not cost the user the answer
+        log.exception("could not keep a healthy start-up log of channel %s", channel)
+
+
+def _since_working_run(deps: SlackDeps, channel: str, diagnosis: Diagnosis) -> tuple[list[Any], float] | None:
+    """What differs from the channel's last healthy start-up of the failing log's model, if one was pasted."""
+    if getattr(diagnosis, "kind", "log") == "question" or diagnosis.facts is None:
+        return None
+    try:
+        good = deps.healthy_runs.lookup(channel, diagnosis.facts.model)
+        if good is None:
+            return None
+        from bot.since import what_changed
+
+        return what_changed(deps.pipeline.facts_of(good.text()), diagnosis.facts), good.created
+    except Exception:  # noqa: BLE001 - the comparison is extra; the diagnosis stands without it
+        log.exception("could not compare with the working run in channel %s", channel)
+        return None
 
 
 def _attach_files(deps: SlackDeps, diagnosis: Diagnosis, post: _Poster, answer_id: str, lang: Language = "en") -> None:

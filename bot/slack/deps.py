@@ -12,6 +12,7 @@ from typing import Any, Protocol
 from bot.models import Diagnosis
 from bot.paste import Paste
 from bot.settings import Settings
+from bot.slack.healthy_runs import HealthyRuns
 from bot.slack.locale import UserLocales
 from bot.slack.recent import RecentAnswers
 from bot.slack.seen_events import SeenEvents
@@ -25,10 +26,15 @@ class PastePipeline(Protocol):
     kb: Any
 
     def match(
-        self, data: str | bytes | Paste, *, host_versions: Mapping[str, str] | None = None, host_label: str = ""
+        self, data: str | bytes | Paste, *, host_versions: Mapping[str, str] | None = None, host_label: str = "",
+        host_gpus: int | None = None,
     ) -> Diagnosis: ...
 
     def case(self, case_id: str) -> Any: ...
+
+    def healthy_startup(self, data: str | bytes | Paste) -> Any: ...
+
+    def facts_of(self, data: str | bytes | Paste) -> Any: ...
 
     def explain_stream(
         self, diagnosis: Diagnosis, host_facts: Any = None, language: str | None = None
@@ -44,6 +50,7 @@ class SlackDeps:
     seen_events: SeenEvents = field(default_factory=SeenEvents)
     recent: RecentAnswers = field(default_factory=RecentAnswers)  # SlackBot backs both with bot/slack/store.py
     thread_facts: ThreadFacts = field(default_factory=ThreadFacts)  # last host diagnosis per thread
+    healthy_runs: HealthyRuns = field(default_factory=HealthyRuns)  # last working start-up per channel and model
     locales: UserLocales = field(default_factory=UserLocales)  # users.info locale per user, cached
     hosts: Any | None = None  # bot.slack.hosts.HostDiagnostics (the diagnose flow) when an inventory is configured
     kb_growth: Any | None = None  # bot.kb_growth.KBGrowth: feedback votes, candidates for new cases

@@ -20,6 +20,7 @@ from bot.settings import Settings
 from bot.slack.app import HttpServer, SocketModeConnection, build_app, build_web_client, wsgi_app
 from bot.slack.deps import SlackDeps
 from bot.slack.fleet import FleetWorker
+from bot.slack.healthy_runs import HealthyRuns
 from bot.slack.hosts import load_host_diagnostics
 from bot.slack.recent import RecentAnswers
 from bot.slack.reply import kit
@@ -71,6 +72,7 @@ class SlackBot:
             seen_events=SeenEvents(store=state, owner=self.replica_id, lease_s=settings.claim_lease_s),
             recent=RecentAnswers(store=state),
             thread_facts=ThreadFacts(store=state),
+            healthy_runs=HealthyRuns(store=state),
             hosts=hosts if hosts is not None else load_host_diagnostics(settings, pipeline),
             kb_growth=kb_growth,  # None: kb_growth_edge.setup builds it from settings (build_app)
         )

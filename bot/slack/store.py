@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Literal
 
 from bot.errors import ConfigError
+from bot.slack.healthy_runs import HealthyRun
 from bot.slack.recent import AnswerRecord, Feedback
 from bot.slack.thread_facts import ThreadHostFacts
 from bot.storage import Migration, Row, StorageError, open_database
@@ -87,6 +88,18 @@ ALTER TABLE claims ADD COLUMN expires REAL NOT NULL DEFAULT 0;
 ALTER TABLE claims ADD COLUMN attempts INTEGER NOT NULL DEFAULT 1;
 ALTER TABLE claims ADD COLUMN channel TEXT;
 ALTER TABLE claims ADD COLUMN message_ts TEXT
+"""),
+    Migration(5, "thread hosts: the GPUs the one checked host counted ({tp_fit} in fix commands)", """
+ALTER TABLE thread_hosts ADD COLUMN gpus INTEGER
+"""),
+    Migration(6, "healthy start-up logs per channel and model (what changed since a working run)", """
+CREATE TABLE IF NOT EXISTS healthy_runs (
+    channel_id TEXT NOT NULL,
+    model TEXT NOT NULL,
+    lines TEXT NOT NULL,
+    created REAL NOT NULL,
+    PRIMARY KEY (channel_id, model)
+)
 """),
 ]
 
@@ -155,7 +168,7 @@ class SlackStateDB:
         now = self._clock()
         cutoff = now - self.retention_s
         statements: Statements = []
-        for table in ("answers", "thread_hosts"):
+        for table in ("answers", "thread_hosts", "healthy_runs"):
             statements.append((f"DELETE FROM {table} WHERE created < ?", (cutoff,)))
             statements.append((
                 f"DELETE FROM {table} WHERE created < (SELECT created FROM {table} ORDER BY created DESC "
@@ -281,13 +294,32 @@ class SlackStateDB:
     # --- host diagnoses per thread -------------------------------------------------------------------------
     def save_thread_facts(self, f: ThreadHostFacts) -> bool:
         return self._write(f"host facts of thread {f.channel_id}/{f.thread_ts}", [(
-            "INSERT INTO thread_hosts (channel_id, thread_ts, target, hosts, facts, created, versions) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?) "
+            "INSERT INTO thread_hosts (channel_id, thread_ts, target, hosts, facts, created, versions, gpus) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
             "ON CONFLICT (channel_id, thread_ts) DO UPDATE SET target = excluded.target, hosts = excluded.hosts, "
-            "facts = excluded.facts, created = excluded.created, versions = excluded.versions",
+            "facts = excluded.facts, created = excluded.created, versions = excluded.versions, gpus = excluded.gpus",
             (f.channel_id, f.thread_ts, f.target, json.dumps(list(f.hosts)), json.dumps(list(f.facts)), f.created,
-             json.dumps(dict(f.versions))),
+             json.dumps(dict(f.versions)), f.gpus),
         )])
+
+    def save_healthy_run(self, run: HealthyRun) -> bool:
+        return self._write(f"healthy run of {run.model} in {run.channel_id}", [(
+            "INSERT INTO healthy_runs (channel_id, model, lines, created) VALUES (?, ?, ?, ?) "
+            "ON CONFLICT (channel_id, model) DO UPDATE SET lines = excluded.lines, created = excluded.created",
+            (run.channel_id, run.model, json.dumps([list(pair) for pair in run.lines]), run.created),
+        )])
+
+    def load_healthy_run(self, channel_id: str, model: str) -> HealthyRun | None:
+        rows = self._read("healthy run", "SELECT * FROM healthy_runs WHERE channel_id = ? AND model = ?",
+                          (channel_id, model))
+        if not rows:
+            return None
+        try:
+            lines = tuple((int(n), str(text)) for n, text in json.loads(rows[0]["lines"]))
+        except (ValueError, TypeError):
+            log.warning("unreadable healthy run of %s in %s (%s)", model, channel_id, self.path)
+            return None
+        return HealthyRun(rows[0]["channel_id"], rows[0]["model"], lines, rows[0]["created"])
 
     def load_thread_facts(self, channel_id: str, thread_ts: str) -> ThreadHostFacts | None:
         rows = self._read("thread host facts", "SELECT * FROM thread_hosts WHERE channel_id = ? AND thread_ts = ?",
@@ -302,4 +334,5 @@ class SlackStateDB:
             return None
         return ThreadHostFacts(channel_id=row["channel_id"], thread_ts=row["thread_ts"], target=row["target"],
                                hosts=tuple(hosts), facts=tuple(facts), created=row["created"],
-                               versions={str(k): str(v) for k, v in versions.items()} if isinstance(versions, dict) else {})
+                               versions={str(k): str(v) for k, v in versions.items()} if isinstance(versions, dict) else {},
+                               gpus=row["gpus"] if isinstance(row["gpus"], int) else None)

@@ -15,7 +15,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
-from bot.versions import report_versions
+from bot.versions import report_gpus, report_versions
 
 MAX_AGE_S = 24 * 3600
 
@@ -31,6 +31,7 @@ class ThreadHostFacts:
     # package → version the checks found (bot/versions.py), read against a pasted log's cases' fixed_in;
     # for a group, only the versions every checked host agrees on
     versions: dict[str, str] = field(default_factory=dict)
+    gpus: int | None = None  # GPUs the one checked host counted: fills {tp_fit} when the log does not say
 
     @classmethod
     def from_report(cls, channel_id: str, thread_ts: str, report: Any) -> ThreadHostFacts | None:
@@ -40,7 +41,7 @@ class ThreadHostFacts:
             return None
         facts = report.facts_for_prompt(checked[0] if len(checked) == 1 else None).splitlines()
         return cls(channel_id, thread_ts, report.target, tuple(checked), tuple(facts),
-                   versions=report_versions(report))
+                   versions=report_versions(report), gpus=report_gpus(report))
 
     @property
     def label(self) -> str:

@@ -89,10 +89,12 @@ def answer(
     outcome: str | None = None,
     host_facts_note: str | None = None,
     language: str | None = None,
+    since: tuple[Sequence[Any], float] | None = None,
 ) -> Message:
     """The threaded answer, in `language` (default: the language of the paste or question). `case` is the kb Case of the best match (fix steps, cause); `explanation`
     the final Explanation (LLM or KB); `streaming_text` the LLM text so far while it is being written;
-    `host_facts_note` (host_facts_note()) is shown while and when the LLM explains with host facts."""
+    `host_facts_note` (host_facts_note()) is shown while and when the LLM explains with host facts; `since`
+    (changes, when) what differs from the channel's last healthy start-up of the same model (bot/since.py)."""
     lang: Language = as_language(language) or as_language(diagnosis.distilled.language) or "en"
     language = lang
     question = getattr(diagnosis, "kind", "log") == "question"
@@ -100,7 +102,8 @@ def answer(
     blocks: list[dict[str, Any]] = []
     cut = False
 
-    root = None if question else answer_root(diagnosis)
+    # a pasted error line answered as a question still names its root (bot/root.pasted_line_root)
+    root = diagnosis.root if question else answer_root(diagnosis)
     uncovered = not question and best is not None and not established(diagnosis.verdict, diagnosis.matches, root)
     # 1. verdict
     if uncovered:
@@ -124,7 +127,9 @@ def answer(
     if asker:
         head = f"{user_mention(asker)} {head}"
     blocks.append(_section(head, "verdict"))
-    if not question:  # the line to fix leads (bot/root.py)
+    if since is not None:  # what changed since this model last started fine here, before the diagnosis
+        blocks.append(_section(_since_text(since[0], since[1], diagnosis, lang), "since"))
+    if not question or root is not None:  # the line to fix leads (bot/root.py)
         blocks.append(_section(_root_text(diagnosis, root, lang), "root"))
 
     # 2. evidence
@@ -207,6 +212,19 @@ def answer(
     blocks.append(answer_actions(answer_id, lang))
 
     return Message(text=plain_limited(escape(fallback), FALLBACK_TEXT_MAX), blocks=blocks, cut=cut)
+
+
+def _since_text(changes: Sequence[Any], when: float, diagnosis: Diagnosis, lang: Language) -> str:
+    model = diagnosis.facts.model if diagnosis.facts is not None else None
+    source = t("slack.since.source", lang, model=model or "?", day=time.strftime("%Y-%m-%d", time.gmtime(when)))
+    out = [f":arrows_counterclockwise: *{escape(t('since.head', lang, source=source))}*"]
+    if not changes:
+        out.append(escape(t("since.none", lang)))
+    for c in changes[:12]:
+        where = f"L{c.before_line or '?'} → L{c.after_line or '?'}"
+        out.append(f"• {escape(t('since.' + c.group, lang))}: {inline_code(c.name, 60)} "
+                   f"{inline_code(c.before, 80)} → {inline_code(c.after, 80)}  _({where})_")
+    return "\n".join(out)
 
 
 def _root_text(diagnosis: Diagnosis, root: Any, lang: Language) -> str:
