@@ -1,4 +1,4 @@
-"""Print the README settings table from bot/settings.py (one source of truth).
+"""Print the settings table of docs/settings.md from bot/settings.py (one source of truth).
 
     .venv/bin/python scripts/settings_table.py [--write]
 """
@@ -31,9 +31,9 @@ def table() -> str:
 
 
 def main() -> None:
-    """Print the table, or with --write replace it in README.md between the settings markers."""
+    """Print the table, or with --write replace it in docs/settings.md between the settings markers."""
     if "--write" in sys.argv:
-        readme = Path(__file__).resolve().parent.parent / "README.md"
+        readme = Path(__file__).resolve().parent.parent / "docs" / "settings.md"
         text = readme.read_text(encoding="utf-8")
         start, end = "<!-- settings:start -->", "<!-- settings:end -->"
         head, rest = text.split(start, 1)
