@@ -174,7 +174,8 @@ def render_text(
     question = getattr(d, "kind", "log") == "question"
     out: list[str] = []
     best = d.best
-    solid = question or established(d.verdict, d.matches, answer_root(d))
+    # a question is answered from its cases; a pasted error line (a question with a root) only from established ones
+    solid = (question and d.root is None) or established(d.verdict, d.matches, answer_root(d))
     # the verdict's words stand alone unless a case is established: a number beside "uncertain" reads as a score
     score = f" ({best.score:.2f})" if best and d.verdict == "match" else ""
     verdict = t(f"verdict.question.{d.verdict}" if question else f"verdict.{d.verdict}", lang)

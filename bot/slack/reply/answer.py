@@ -104,7 +104,8 @@ def answer(
 
     # a pasted error line answered as a question still names its root (bot/root.pasted_line_root)
     root = diagnosis.root if question else answer_root(diagnosis)
-    uncovered = not question and best is not None and not established(diagnosis.verdict, diagnosis.matches, root)
+    uncovered = ((not question or root is not None) and best is not None
+                 and not established(diagnosis.verdict, diagnosis.matches, root))
     # 1. verdict
     if uncovered:
         head = f"{_VERDICT_EMOJI_HEAD['unknown']} *{t('slack.head.uncovered', lang)}*"
