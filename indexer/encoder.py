@@ -213,8 +213,7 @@ def export_onnx(model_dir: Path, out_path: Path, probe_ids: list[list[int]]) -> 
     except (OSError, ValueError) as exc:
         raise EncoderUnavailable(f"cannot load embedding model from {model_dir}: {exc}") from exc
 
-    # torch is not analysed (follow_imports = "skip" in pyproject.toml: minutes per run), so Module is Any
-    class _LastHiddenState(torch.nn.Module):  # type: ignore[misc]
+    class _LastHiddenState(torch.nn.Module):  # type: ignore[misc]  # torch is not analysed (follow_imports=skip): Any
         def __init__(self, inner: Any):
             super().__init__()
             self.inner = inner

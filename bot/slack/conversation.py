@@ -298,7 +298,8 @@ class _Poster:
 
     def retract(self) -> None:
         if self._via_response_url:
-            self._where.respond(delete_original=True)  # type: ignore[misc]
+            assert self._where.respond is not None  # _via_response_url is set only when it is
+            self._where.respond(delete_original=True)
             return
         if self.ts:
             try:
