@@ -40,7 +40,7 @@ test:
 	$(PY) -m mypy
 	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile --durations=25
 
-# bot/, indexer/, kb/ strict; tests with check_untyped_defs (pyproject.toml [tool.mypy], debt list there)
+# bot/, indexer/, kb/ strict; tests with check_untyped_defs (pyproject.toml [tool.mypy], the tests' debt list there)
 typecheck: setup
 	$(PY) -m mypy
 

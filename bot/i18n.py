@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import re
 from functools import cache
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from kb.schema import Case
 
 Language = Literal["en", "zh"]
 LANGUAGES: tuple[Language, ...] = ("en", "zh")
@@ -24,7 +27,7 @@ def as_language(value: str | None) -> Language | None:
     if not value:
         return None
     head = value.strip().lower().replace("_", "-").split("-")[0]
-    return head if head in LANGUAGES else None  # type: ignore[return-value]
+    return head if head in LANGUAGES else None
 
 
 ZH_SHARE = 0.3
@@ -574,7 +577,7 @@ def fact_label(name: str, english: str, lang: Language) -> str:
     return FACT_LABELS_ZH.get(name, english) if lang == "zh" else english
 
 
-def case_title(case: Any, lang: Language) -> str:
+def case_title(case: Case, lang: Language) -> str:
     return (case.title_zh or case.title) if lang == "zh" else case.title
 
 

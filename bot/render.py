@@ -8,12 +8,16 @@ component's triage steps, the host checks worth running, a search phrase, a poin
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from bot.facts import fact_lines
 from bot.fix_values import fill, note_lines, step_lines
 from bot.i18n import Language, case_cause, case_title, fact_label, localize_note, step_text, t
 from bot.root import cases_affecting, classify, established, read_root, search_phrase, triage
+
+if TYPE_CHECKING:
+    from bot.models import Match, Root
 
 _COLORS = {"match": "32", "uncertain": "33", "unknown": "31", "dim": "2", "bold": "1", "cyan": "36"}
 ROOT_SHOWN_CHARS = 300  # a longer root line is cut in text (the JSON keeps it whole)
@@ -50,7 +54,7 @@ def render_since(changes: Any, source: str, lang: Language = "en", color: bool =
     return "\n".join(out) + "\n"
 
 
-def _title(m: Any, lang: Language) -> str:
+def _title(m: Match, lang: Language) -> str:
     return (m.title_zh or m.title) if lang == "zh" else m.title
 
 
@@ -123,7 +127,7 @@ def root_lines(d: Any, lang: Language) -> list[str]:
     return out
 
 
-def answer_root(d: Any) -> Any:
+def answer_root(d: Any) -> Root | None:
     """The diagnosis's root (set by the pipeline), or read now for a diagnosis made elsewhere."""
     root = getattr(d, "root", None)
     return root if root is not None else read_root(d.distilled, d.facts, d.verdict, d.matches).root
@@ -188,7 +192,7 @@ def render_text(
         out.append(t("text.no_case_question", lang))
     elif not d.matches:
         out.append(t("text.no_case", lang))
-    shown: tuple = ()
+    shown: Sequence[Match] = ()
     if question and d.verdict == "unknown":
         if d.matches:
             out.append("")

@@ -213,7 +213,7 @@ def export_onnx(model_dir: Path, out_path: Path, probe_ids: list[list[int]]) -> 
     except (OSError, ValueError) as exc:
         raise EncoderUnavailable(f"cannot load embedding model from {model_dir}: {exc}") from exc
 
-    class _LastHiddenState(torch.nn.Module):
+    class _LastHiddenState(torch.nn.Module):  # type: ignore[misc]  # torch is not analysed (follow_imports=skip): Any
         def __init__(self, inner: Any):
             super().__init__()
             self.inner = inner

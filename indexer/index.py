@@ -294,7 +294,8 @@ class KBIndex:
         vec = self.encoder().encode([query])
         if vec.shape != (1, state.dim):
             raise ValueError(f"encoder returned shape {vec.shape}, index dimension is {state.dim}")
-        return vec[0]
+        row: np.ndarray = vec[0]
+        return row
 
     def _dense_ranking(self, state: IndexState, qv: np.ndarray, k: int) -> dict[int, tuple[float, int]]:
         """Cases by their best document's cosine, best first: {case position: (score, row)}, at least k

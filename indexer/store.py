@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Literal
+from typing import Literal, cast
 
 import faiss
 import numpy as np
@@ -57,12 +57,14 @@ class VectorStore:
 
     @classmethod
     def empty(cls, dim: int, kind: StoreKind = "flat") -> VectorStore:
+        index: faiss.Index
         if kind == "flat":
             index = faiss.IndexFlatIP(dim)
         elif kind == "hnsw":
-            index = faiss.IndexHNSWFlat(dim, HNSW_M, faiss.METRIC_INNER_PRODUCT)
-            index.hnsw.efConstruction = HNSW_EF_CONSTRUCTION
-            index.hnsw.efSearch = HNSW_EF_SEARCH
+            graph = faiss.IndexHNSWFlat(dim, HNSW_M, faiss.METRIC_INNER_PRODUCT)
+            graph.hnsw.efConstruction = HNSW_EF_CONSTRUCTION
+            graph.hnsw.efSearch = HNSW_EF_SEARCH
+            index = graph
         else:
             raise ValueError(f"unknown vector store kind {kind!r}; choose one of {KINDS}")
         return cls(index, kind)
@@ -95,7 +97,8 @@ class VectorStore:
 
     def set_ef_search(self, ef: int) -> None:
         if self.kind == "hnsw":
-            self._index.hnsw.efSearch = ef
+            # kind "hnsw": an IndexHNSWFlat, from empty() or from deserialize_index (which downcasts)
+            cast(faiss.IndexHNSW, self._index).hnsw.efSearch = ef
 
     def search(self, query: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """Top-k rows for one query vector: (scores, row ids), best first, at most min(k, len) entries."""
@@ -117,7 +120,8 @@ class VectorStore:
         """All stored vectors in row order (both kinds keep the full vectors)."""
         if len(self) == 0:
             return np.zeros((0, self.dim), dtype=np.float32)
-        return self._index.reconstruct_n(0, len(self)).astype(np.float32, copy=False)
+        stored: np.ndarray = self._index.reconstruct_n(0, len(self))  # faiss's stub says Any (a torch overload)
+        return stored.astype(np.float32, copy=False)
 
     def to_bytes(self) -> bytes:
         return faiss.serialize_index(self._index).tobytes()

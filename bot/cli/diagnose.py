@@ -19,11 +19,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bot.i18n import Language, t
+from bot.i18n import LANGUAGES, Language, t
 
 if TYPE_CHECKING:
+    from rich.status import Status
+
     from bot.models import FleetReport
     from bot.runner.fleet_view import FleetView
+    from bot.settings import Settings
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -58,7 +61,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     local.add_argument("--served-model", help="model name /v1/models should list")
 
 
-def run(args: argparse.Namespace, settings) -> int:
+def run(args: argparse.Namespace, settings: Settings) -> int:
     from bot.errors import UserInputError
     from bot.models import HostRequest
     from bot.pipeline import Pipeline
@@ -142,8 +145,8 @@ def _option_error(exc: Exception) -> str:
 def _language(args: argparse.Namespace, settings: Any) -> Language:
     """--lang, else a forced VLLM_DOCTOR_LANGUAGE; a host report has no asker's text to go by, so English."""
     for choice in (getattr(args, "lang", None), getattr(settings, "llm_language", None)):
-        if choice in ("en", "zh"):
-            return choice  # type: ignore[return-value]
+        if isinstance(choice, str) and choice in LANGUAGES:
+            return choice
     return "en"
 
 
@@ -151,8 +154,8 @@ def _print_fleet_view(view: FleetView, lang: Language = "en") -> None:
     # the sentences themselves come from bot/runner/fleet_view.py and stay English; the labels follow --lang
     for d in view.drift:  # drift first: it names what changed since the group last worked
         print(f"{t('host.drift', lang)}: {d.sentence()}")
-    for d in view.differences:
-        print(f"{t('host.differs', lang)}: {d.sentence()}")
+    for diff in view.differences:
+        print(f"{t('host.differs', lang)}: {diff.sentence()}")
     for g in view.disagreements:
         print(f"{t('host.differs', lang)}: {g.sentence()}")
     if view.baseline_saved:
@@ -212,9 +215,9 @@ class _Progress:
 
     def __init__(self, enabled: bool):
         self.enabled = enabled
-        self._status = None
+        self._status: Status | None = None
 
-    def __enter__(self):
+    def __enter__(self) -> _Progress:
         if self.enabled:
             from rich.console import Console
 
@@ -222,7 +225,7 @@ class _Progress:
             self._status.__enter__()
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> None:
         if self._status is not None:
             self._status.__exit__(*exc)
 
@@ -231,7 +234,7 @@ class _Progress:
             self._status.update(message)
 
 
-def _list_checks(settings) -> int:
+def _list_checks(settings: Settings) -> int:
     from bot.runner.catalogue import load_catalogue
 
     catalogue = load_catalogue(settings.runner_checks_dir)
@@ -241,7 +244,7 @@ def _list_checks(settings) -> int:
     return 0
 
 
-def _print_text(report, lang: Language = "en") -> None:
+def _print_text(report: FleetReport, lang: Language = "en") -> None:
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table

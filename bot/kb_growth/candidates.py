@@ -122,6 +122,7 @@ class CandidateStore:
                               AS not_helpful
                    FROM candidates"""
             ).fetchone()
+        assert row is not None  # an aggregate without GROUP BY returns one row
         return {k: int(row[k]) for k in ("open", "resolved", "unknown", "not_helpful")}
 
     def resolve_with(self, case: Case) -> int:

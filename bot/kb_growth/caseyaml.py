@@ -60,7 +60,7 @@ def _redacted(value: Any) -> Any:
 
 def case_to_data(case: Case) -> dict[str, Any]:
     """The case as plain data, as it will be written: secrets redacted, log blocks cleaned."""
-    data = _redacted(case.model_dump(mode="json", exclude_none=True))
+    data: dict[str, Any] = _redacted(case.model_dump(mode="json", exclude_none=True))
     for key in _OMIT_WHEN_EMPTY:
         if not data.get(key):
             data.pop(key, None)

@@ -158,6 +158,7 @@ class FeedbackStore:
                           COALESCE(SUM(CASE WHEN value = 'not_helpful' THEN 1 ELSE 0 END), 0) AS not_helpful
                    FROM votes"""
             ).fetchone()
+        assert row is not None  # an aggregate without GROUP BY returns one row
         return {k: int(row[k]) for k in ("votes", "users", "fixed", "not_helpful")}
 
 

@@ -15,12 +15,16 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
 from bot.errors import InvalidCase
 from bot.kb_growth.suggest import suggest_id
 from kb.schema import AREAS, URL_RE, Case
+
+if TYPE_CHECKING:
+    from pydantic_core import ErrorDetails
 
 FIELDS = ("title", "title_zh", "area", "severity", "cause", "fix", "signatures", "examples", "references", "keywords")
 SEVERITIES = ("critical", "high", "medium", "low")
@@ -109,9 +113,10 @@ def form_to_case(form: CaseForm) -> Case:
         except ValueError as exc:
             problems[name] = str(exc)
     references = _lines(form.references)
-    for ex in data.get("examples", []) or []:  # type: ignore[union-attr]
-        if ex["source"] not in references:  # type: ignore[index]
-            references.append(ex["source"])  # type: ignore[index]
+    examples = data.get("examples")  # parse_examples' list, absent when it failed
+    for ex in examples if isinstance(examples, list) else []:
+        if ex["source"] not in references:
+            references.append(ex["source"])
     data["references"] = references
     if data["area"] not in AREAS:
         problems.setdefault("area", f"choose one of: {', '.join(AREAS)}")
@@ -131,7 +136,7 @@ def form_to_case(form: CaseForm) -> Case:
     return case
 
 
-def _field_message(err: dict) -> tuple[str, str]:
+def _field_message(err: ErrorDetails) -> tuple[str, str]:
     loc = list(err.get("loc") or ())
     msg = str(err.get("msg", "invalid"))
     msg = msg.removeprefix("Value error, ")

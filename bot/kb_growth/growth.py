@@ -377,10 +377,10 @@ class KBGrowth:
                 data["examples"].append(ex.model_dump(mode="json"))
                 if ex.source not in data["references"]:
                     data["references"].append(ex.source)
-                probe = Case.model_construct(id=case_id, signatures=signatures)
+                probe = Case.model_construct(id=case_id, signatures=signatures)  # type: ignore[call-arg]  # unvalidated probe: signature_fires reads id and signatures only
                 if not signature_fires(probe, distill(ex.log).cleaned):
                     for pattern in candidate_signatures:
-                        single = Case.model_construct(id=case_id, signatures=[pattern])
+                        single = Case.model_construct(id=case_id, signatures=[pattern])  # type: ignore[call-arg]  # as above
                         if pattern not in signatures and signature_fires(single, distill(ex.log).cleaned):
                             signatures.append(pattern)
                             break

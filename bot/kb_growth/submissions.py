@@ -73,7 +73,7 @@ def _row(row: Row | None) -> Submission | None:
         case=json.loads(row["case_json"]) if row["case_json"] else None,
         target_case=row["target_case"],
         report=json.loads(row["report_json"] or "{}"),
-        review_messages=[tuple(x) for x in json.loads(row["review_json"] or "[]")],  # type: ignore[misc]
+        review_messages=[tuple(x) for x in json.loads(row["review_json"] or "[]")],
         reviewer_id=row["reviewer_id"],
         decided_at=row["decided_at"],
         note=row["note"],

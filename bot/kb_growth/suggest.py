@@ -13,7 +13,7 @@ nothing better exists).
 from __future__ import annotations
 
 import re
-from collections import Counter
+from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -138,7 +138,7 @@ def generalise(line: str) -> str | None:
 def _probe_case(pattern: str) -> Case:
     """A throw-away case holding one pattern, so the KB's own scanner can test it (not validated: the
     pattern was compiled above)."""
-    return Case.model_construct(id="suggestion", signatures=[pattern])
+    return Case.model_construct(id="suggestion", signatures=[pattern])  # type: ignore[call-arg]  # unvalidated probe: the scanner reads id and signatures only
 
 
 def suggest_signatures(
@@ -210,7 +210,7 @@ def suggest_id(title: str) -> str:
 
 def suggest_area(distilled: Distilled, nearest: Sequence[Match] = ()) -> str:
     """Keyword votes from the root error lines plus the areas of the nearest known cases."""
-    votes: Counter[str] = Counter()
+    votes: defaultdict[str, float] = defaultdict(float)  # fractional votes (scores), 0.0 when absent
     text = " ".join(line.text for line in (distilled.root_errors or distilled.evidence)).lower()
     for area, words in _AREA_WORDS.items():
         votes[area] += sum(1.0 for w in words if w in text)

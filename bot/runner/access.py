@@ -10,12 +10,17 @@ from __future__ import annotations
 
 import re
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bot.errors import ConfigError, DoctorError, InvalidTarget, PermissionDenied, UnknownHost
 from bot.models import HostRequest
 from bot.runner.inventory import NAME_RE, Host, Inventory, load_inventory
+
+if TYPE_CHECKING:
+    from bot.settings import RunnerAccessRule, Settings
 
 _SHELL_META = set(";|&$`\\\"'<>(){}[]*?!~#=%^,\n\r\t ")
 _cache_lock = threading.Lock()
@@ -71,7 +76,7 @@ def parse_request(text: str) -> HostRequest:
     return HostRequest(target, tuple(checks), tier)
 
 
-def inventory_from_settings(settings) -> Inventory:
+def inventory_from_settings(settings: Settings) -> Inventory:
     """The configured inventory, re-read when the file changes."""
     path = settings.runner_inventory
     if path is None:
@@ -91,14 +96,14 @@ def inventory_from_settings(settings) -> Inventory:
     return inventory
 
 
-def resolve_target(target: str, settings, inventory: Inventory | None = None) -> list[Host]:
+def resolve_target(target: str, settings: Settings, inventory: Inventory | None = None) -> list[Host]:
     """Target (host or group name) -> hosts. InvalidTarget for a malformed name, UnknownHost for a name
     the inventory does not know."""
     name = validate_target(target)
     return (inventory or inventory_from_settings(settings)).resolve(name)
 
 
-def validate_access_rules(rules: list, inventory: Inventory) -> None:
+def validate_access_rules(rules: list[RunnerAccessRule], inventory: Inventory) -> None:
     """ConfigError naming each access rule whose `hosts` lists a name the inventory does not have: a
     misspelt or removed group would otherwise grant nothing, silently."""
     problems = []
@@ -113,7 +118,7 @@ def validate_access_rules(rules: list, inventory: Inventory) -> None:
         )
 
 
-def access_inventory(settings, inventory: Inventory | None = None) -> Inventory:
+def access_inventory(settings: Settings, inventory: Inventory | None = None) -> Inventory:
     """The inventory, checked against the access rules (ConfigError for a rule naming an unknown name)."""
     inv = inventory or inventory_from_settings(settings)
     validate_access_rules(settings.runner_access, inv)
@@ -132,7 +137,9 @@ def _granted_hosts(rule_hosts: list[str], inventory: Inventory) -> set[str]:
     return out
 
 
-def _applying_rules(user_id: str, channel_id: str | None, usergroup_ids, settings) -> list:
+def _applying_rules(
+    user_id: str, channel_id: str | None, usergroup_ids: Iterable[str] | None, settings: Settings
+) -> list[RunnerAccessRule]:
     groups = set(usergroup_ids or ())
     applying = []
     for rule in settings.runner_access:
@@ -163,7 +170,8 @@ class _Decision:
     error: type[Exception] = PermissionDenied
 
 
-def _decide(user_id: str, channel_id: str | None, usergroup_ids, target: str, settings, max_tier: int,
+def _decide(user_id: str, channel_id: str | None, usergroup_ids: Iterable[str] | None, target: str,
+            settings: Settings, max_tier: int,
             inventory: Inventory | None) -> _Decision:
     name = validate_target(target)
     applying = _applying_rules(user_id, channel_id, usergroup_ids, settings)
@@ -199,7 +207,7 @@ def authorize(
     channel_id: str | None,
     usergroup_ids: list[str] | tuple[str, ...] | set[str] | None,
     target: str,
-    settings,
+    settings: Settings,
     *,
     max_tier: int = 0,
     inventory: Inventory | None = None,
@@ -224,7 +232,8 @@ def authorize(
     return decision.hosts
 
 
-def access_problem(user_id: str, channel_id: str | None, usergroup_ids, target: str, settings,
+def access_problem(user_id: str, channel_id: str | None, usergroup_ids: Iterable[str] | None, target: str,
+                   settings: Settings,
                    *, max_tier: int = 0) -> str | None:
     """What authorize() would tell this user about `target`, without running or auditing anything (the
     host picker shows it on the field); None when the target is fine."""
@@ -235,7 +244,9 @@ def access_problem(user_id: str, channel_id: str | None, usergroup_ids, target: 
     return None if decision.hosts is not None else decision.message
 
 
-def visible_names(user_id: str, channel_id: str | None, usergroup_ids, settings) -> list[str]:
+def visible_names(
+    user_id: str, channel_id: str | None, usergroup_ids: Iterable[str] | None, settings: Settings
+) -> list[str]:
     """Host and group names this user may diagnose here (at some tier), for hints: an unauthorised user
     sees none, a user granted gpu01 sees gpu01 and no other name of the inventory."""
     applying = _applying_rules(user_id, channel_id, usergroup_ids, settings)

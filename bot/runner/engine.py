@@ -13,6 +13,7 @@ import shlex
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from bot.errors import RunnerError
 from bot.ops import metrics
@@ -80,12 +81,12 @@ def _missing_host_fields(check: Check, host: Host) -> list[str]:
     return [name for name in check.requires_host if facts.get(name) is None]
 
 
-def _result(check: Check, verdict: str, message: str, **kw) -> CheckResult:
+def _result(check: Check, verdict: str, message: str, **kw: Any) -> CheckResult:
     return CheckResult(id=check.id, title=check.title, verdict=verdict, message=sanitize(message), tier=check.tier,
                        why=check.why, **kw)
 
 
-def _clean(value):
+def _clean(value: Any) -> Any:
     """Parsed facts with terminal control characters escaped: a JSON probe's "\\u001b" decodes to ESC."""
     if isinstance(value, str):
         return sanitize(value)
@@ -98,7 +99,7 @@ def _clean(value):
     return value
 
 
-def judge(check: Check, spec: CommandSpec, res: CommandResult, host: Host) -> tuple[CheckResult, dict | None]:
+def judge(check: Check, spec: CommandSpec, res: CommandResult, host: Host) -> tuple[CheckResult, dict[str, Any] | None]:
     """One command's result -> the check's verdict, plus its facts (None if there are none)."""
     common = {"duration_s": res.duration_s, "command": spec.display(), "rc": res.rc}
     stdout, stderr = redact(sanitize(res.stdout)), redact(sanitize(res.stderr))
@@ -136,7 +137,7 @@ def judge_missing(check: Check, absent: list[str], host: Host) -> CheckResult:
     return _result(check, outcome.verdict, outcome.message, cases=list(outcome.cases))
 
 
-def judge_derived(check: Check, results: dict[str, CheckResult], facts: dict[str, dict], host: Host) -> CheckResult:
+def judge_derived(check: Check, results: dict[str, CheckResult], facts: dict[str, dict[str, Any]], host: Host) -> CheckResult:
     for needed in check.needs:
         if needed not in facts:
             r = results.get(needed)
@@ -184,7 +185,7 @@ async def diagnose_host(
         return report
     say(f"{host.name}: connected")
     results: dict[str, CheckResult] = {}
-    facts: dict[str, dict] = {}
+    facts: dict[str, dict[str, Any]] = {}
     try:
         plans: dict[CommandSpec, list[Check]] = {}
         for check in checks:

@@ -207,7 +207,7 @@ def _check_name(path: str, kind: str, name: Any) -> str:
     return name
 
 
-def _load_own(path: str, data: dict) -> Inventory:
+def _load_own(path: str, data: dict[str, Any]) -> Inventory:
     try:
         parsed = _OwnInventory.model_validate(data)
     except ValidationError as exc:
@@ -312,11 +312,11 @@ def _ansible_fields(variables: dict[str, Any]) -> dict[str, Any]:
     return fields
 
 
-def _load_ansible(path: str, data: dict) -> Inventory:
+def _load_ansible(path: str, data: dict[str, Any]) -> Inventory:
     # (depth, group) -> vars; host -> [(depth, group)], host -> own vars
-    group_vars: dict[str, tuple[int, dict]] = {}
+    group_vars: dict[str, tuple[int, dict[str, Any]]] = {}
     host_groups: dict[str, list[str]] = {}
-    host_vars: dict[str, dict] = {}
+    host_vars: dict[str, dict[str, Any]] = {}
     group_hosts: dict[str, list[str]] = {}
     group_children: dict[str, list[str]] = {}
 

@@ -66,16 +66,16 @@ def _compare_numbers(op: str, left: Any, right: Any) -> bool:
 def holds(op: str, value: Any, operand: Any) -> bool:
     """One condition. `value` is the fact, `operand` the literal (or resolved fact) from the rule."""
     if op == "exists":
-        return (value is not None) == operand
+        return bool((value is not None) == operand)
     if op == "empty":
         is_empty = value is None or (hasattr(value, "__len__") and len(value) == 0)
-        return is_empty == operand
+        return bool(is_empty == operand)
     if value is None or operand is None:
         return False
     if op == "eq":
-        return value == operand
+        return bool(value == operand)
     if op == "ne":
-        return value != operand
+        return bool(value != operand)
     if op in ("lt", "le", "gt", "ge"):
         return _compare_numbers(op, value, operand)
     if op.startswith("version_"):

@@ -208,6 +208,7 @@ class SSHConnector:
                 raise RunnerError(f"{host.name}: SSH settings rejected: {exc}") from exc
 
     def _host_key_message(self, host: Host, where: str) -> str:
+        known: tuple[Sequence[object], ...]  # match() gives 7 sequences (keys, certs, patterns); [0]: host keys
         try:
             known = asyncssh.read_known_hosts(self._known_hosts).match(host.connect_to, host.connect_to, host.port)
         except (OSError, ValueError):

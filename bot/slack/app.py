@@ -17,7 +17,7 @@ import logging
 import secrets
 import threading
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from slack_bolt import App, BoltResponse
 from slack_bolt.adapter.socket_mode import SocketModeHandler
@@ -36,6 +36,9 @@ from bot.settings import Settings
 from bot.slack import actions, commands, events, kb_growth_edge, shortcuts, views
 from bot.slack.delivery import CURRENT, Delivery, TrackingExecutor
 from bot.slack.deps import SlackDeps
+
+if TYPE_CHECKING:
+    from waitress.task import ThreadedTaskDispatcher
 
 log = logging.getLogger(__name__)
 
@@ -147,6 +150,18 @@ def wsgi_app(app: App | None, health: Callable[[], tuple[bool, str]]) -> Callabl
     return application
 
 
+class _WaitressServer(Protocol):
+    """What HttpServer uses of the server waitress builds for one host and port (a TcpWSGIServer: it sets
+    effective_host and effective_port, and its asyncore map, which types-waitress does not declare)."""
+
+    effective_host: str
+    effective_port: int
+    _map: dict[int, Any]
+    task_dispatcher: ThreadedTaskDispatcher
+
+    def run(self) -> None: ...
+
+
 class HttpServer:
     """waitress around `wsgi_app`; port 0 picks a free port (see `.port`)."""
 
@@ -158,7 +173,8 @@ class HttpServer:
         threads: int = 8,
         max_body_bytes: int = 64 * 1024 * 1024,
     ) -> None:
-        self._server = create_server(
+        # one host and port: create_server builds a TcpWSGIServer (a MultiSocketServer only for several)
+        self._server = cast(_WaitressServer, create_server(
             application,
             host=host,
             port=port,
@@ -166,7 +182,7 @@ class HttpServer:
             ident="vllm-doctor",
             max_request_body_size=max_body_bytes,
             channel_timeout=60,
-        )
+        ))
         self._thread: threading.Thread | None = None
         self._closing = False
 
@@ -209,13 +225,13 @@ class SocketModeConnection:
 
     def connect(self) -> None:
         """Open the WebSocket (apps.connections.open, then wss); returns at once, events flow on threads."""
-        self._handler.connect()
+        self._handler.connect()  # type: ignore[no-untyped-call]  # slack_bolt's SocketModeHandler is unannotated
 
     def is_connected(self) -> bool:
         return bool(self._handler.client.is_connected())
 
     def close(self) -> None:
-        self._handler.close()
+        self._handler.close()  # type: ignore[no-untyped-call]  # slack_bolt's SocketModeHandler is unannotated
 
     @property
     def client(self) -> Any:

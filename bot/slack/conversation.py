@@ -6,6 +6,7 @@ file in the thread. Runs on a worker thread, never in an ack path.
 
 from __future__ import annotations
 
+import functools
 import logging
 import secrets
 from collections.abc import Callable, Mapping, Sequence
@@ -225,7 +226,7 @@ def _stream_explanation(deps: SlackDeps, diagnosis: Diagnosis, build: Callable[.
         for piece in deps.pipeline.explain_stream(diagnosis, host_facts=host_facts, language=lang):
             if isinstance(piece, str):
                 streamed += piece
-                post.progress(lambda text=streamed: build(streaming_text=text))
+                post.progress(functools.partial(build, streaming_text=streamed))
             else:
                 explanation = piece
     except Exception:  # the pipeline promises KB-only on LLM trouble; anything else must not lose the answer
@@ -243,7 +244,8 @@ def _outcome(deps: SlackDeps, case_id: str) -> str | None:
     if deps.kb_growth is None:
         return None
     try:
-        return deps.kb_growth.outcome_text(case_id)
+        text: str | None = deps.kb_growth.outcome_text(case_id)
+        return text
     except Exception:  # noqa: BLE001 - the answer goes out without the feedback line
         log.exception("could not read feedback for %s", case_id)
         return None
@@ -328,7 +330,8 @@ class _Poster:
 
     def retract(self) -> None:
         if self._via_response_url:
-            self._where.respond(delete_original=True)  # type: ignore[misc]
+            assert self._where.respond is not None  # _via_response_url is set only when it is
+            self._where.respond(delete_original=True)
             return
         if self.ts:
             try:

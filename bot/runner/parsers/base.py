@@ -49,7 +49,9 @@ class Parser:
 REGISTRY: dict[str, Parser] = {}
 
 
-def parser(name: str, facts: list[str] | tuple[str, ...], maps: tuple[str, ...] = ()):
+def parser(
+    name: str, facts: list[str] | tuple[str, ...], maps: tuple[str, ...] = ()
+) -> Callable[[Callable[[Output], Facts]], Callable[[Output], Facts]]:
     """Register `func` under `name`, declaring the facts it returns (absent ones become None)."""
 
     def register(func: Callable[[Output], Facts]) -> Callable[[Output], Facts]:

@@ -5,6 +5,7 @@ never returns a secret-named variable's value."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 from bot.runner.parsers.base import Facts, Output, parser
 
@@ -12,7 +13,7 @@ _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SECRET_NAME_RE = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY|PRIVATE_KEY|CREDENTIAL", re.I)
 
 # Left on by accident after debugging, each of these slows inference down a lot (vLLM troubleshooting).
-DEBUG_VARS = {
+DEBUG_VARS: dict[str, Callable[[str], bool]] = {
     "CUDA_LAUNCH_BLOCKING": lambda v: v not in ("", "0"),
     "VLLM_TRACE_FUNCTION": lambda v: v not in ("", "0"),
     "NCCL_DEBUG": lambda v: v.upper() in ("INFO", "TRACE"),

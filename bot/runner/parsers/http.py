@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from bot.runner.parsers.base import Facts, Output, ParseError, load_json, parser
 
@@ -70,7 +71,7 @@ def parse_prometheus(text: str) -> list[Sample]:
     return samples
 
 
-def _http(out: Output) -> dict:
+def _http(out: Output) -> dict[str, Any]:
     data = load_json(out)
     if "status" not in data and "error" not in data:
         raise ParseError("http probe JSON has neither status nor error")

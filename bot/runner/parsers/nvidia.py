@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from bot.runner.parsers.base import Facts, Output, ParseError, Unavailable, error_line, parser, to_number
 
@@ -266,9 +267,9 @@ def gpu_apps(out: Output) -> Facts:
     is not coming back. vLLM refuses to start when it is below gpu_memory_utilization."""
     if out.rc:
         return {"error": _smi_error(out)}
-    apps: list[dict] = []
-    gpus: list[dict] = []
-    procs: dict[int, dict] = {}
+    apps: list[dict[str, Any]] = []
+    gpus: list[dict[str, Any]] = []
+    procs: dict[int, dict[str, Any]] = {}
     cmdlines: dict[int, str] = {}
     for line in out.stdout.splitlines():
         kind, _, rest = line.partition(" ")
@@ -326,7 +327,7 @@ def gpu_apps(out: Output) -> Facts:
     }
 
 
-def _free_share_for_vllm(gpus: list[dict], apps: list[dict]) -> tuple[float | None, str | None]:
+def _free_share_for_vllm(gpus: list[dict[str, Any]], apps: list[dict[str, Any]]) -> tuple[float | None, str | None]:
     """(smallest free share over the GPUs once vLLM's own memory is released, that GPU described)."""
     best: tuple[float, str] | None = None
     for index, gpu in enumerate(gpus):

@@ -51,10 +51,10 @@ def vllm_processes(out: Output) -> Facts:
         cells = line.split(None, 3)
         if len(cells) < 4 or not cells[0].isdigit():
             continue
-        pid, _ppid, etimes, args = cells
-        if _SERVER_RE.search(args):
-            servers.append(f"pid {pid}, up {_uptime(int(to_number(etimes) or 0))}: {args[:400]}")
-            first = first or args.split()
+        pid, _ppid, etimes, command = cells
+        if _SERVER_RE.search(command):
+            servers.append(f"pid {pid}, up {_uptime(int(to_number(etimes) or 0))}: {command[:400]}")
+            first = first or command.split()
         else:
             helpers += 1
     args = first or []

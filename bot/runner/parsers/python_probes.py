@@ -105,9 +105,12 @@ def torch_probe(out: Output) -> Facts:
     }
 
 
-def _requirement_problems(requires: list[str], versions: dict[str, Any], env: dict[str, str]):
-    conflicts, missing = [], []
-    torch_required = None
+def _requirement_problems(
+    requires: list[str], versions: dict[str, Any], env: dict[str, str]
+) -> tuple[list[str], list[str], str | None]:
+    conflicts: list[str] = []
+    missing: list[str] = []
+    torch_required: str | None = None
     for text in requires:
         try:
             req = Requirement(text)

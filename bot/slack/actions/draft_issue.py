@@ -8,7 +8,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from bot.i18n import t
+from bot.i18n import Language, t
 from bot.slack.deps import SlackDeps
 
 log = logging.getLogger(__name__)
@@ -28,7 +28,7 @@ def draft_issue(deps: SlackDeps) -> Callable[..., None]:
     return on_draft_issue
 
 
-def _post_draft(deps: SlackDeps, client: Any, record: Any, lang: str) -> None:
+def _post_draft(deps: SlackDeps, client: Any, record: Any, lang: Language) -> None:
     from bot.slack import attachments
 
     try:

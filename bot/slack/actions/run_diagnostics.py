@@ -24,7 +24,7 @@ def run_diagnostics(deps: SlackDeps) -> Callable[..., None]:
             return
         container = body.get("container") or {}
         channel = (body.get("channel") or {}).get("id") or container.get("channel_id")
-        message = body.get("message") or {}
+        source = body.get("message") or {}  # the answer the button sits on
         # "ANSWER_ID" or, from an answer's root-line button, "ANSWER_ID checks:a,b" (kb/triage ids; the picker
         # still validates them against the catalogue)
         answer_id, _, checks = str(action.get("value") or "").partition(" checks:")
@@ -33,7 +33,7 @@ def run_diagnostics(deps: SlackDeps) -> Callable[..., None]:
                 "answer_id": answer_id,
                 "checks": [c for c in checks.split(",") if c][:8],
                 "channel": channel,
-                "thread_ts": message.get("thread_ts") or message.get("ts") or container.get("message_ts"),
+                "thread_ts": source.get("thread_ts") or source.get("ts") or container.get("message_ts"),
             }
         )
         client.views_open(

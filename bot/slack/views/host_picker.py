@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from bot.i18n import t
 from bot.slack.conversation import Where
@@ -34,7 +34,8 @@ def host_picker_submitted(deps: SlackDeps) -> Callable[..., None]:
             ack(response_action="errors", errors={picker.HOST_PICKER_BLOCK: problem})
             return
         ack()
-        where = Where(channel=channel, user=user, thread_ts=meta.get("thread_ts"))
+        # a view_submission always names its user, so `channel` is a str here
+        where = Where(channel=cast(str, channel), user=user, thread_ts=meta.get("thread_ts"))
         checks = [str(c) for c in meta.get("checks") or [] if isinstance(c, str)]  # the answer's component checks
         start_host_diagnosis(deps, client, where, words[0], words[1:] or checks)
 
