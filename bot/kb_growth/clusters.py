@@ -7,14 +7,15 @@ were pasted and draft from it; nothing here is copied elsewhere.
 A paste's key is the shape of its root line: the line bot/root.py reads (else the first exception line),
 skipping lines a KB signature already explains, generalised by bot/kb_growth/suggest.generalise (numbers,
 paths, hex, quoted names with digits or slashes become small regexes). A new shape joins an existing cluster
-only when the two shapes differ slightly (most of their words shared, MERGE_WORDS) and the MiniLM embeddings of
-their root lines are close (cosine >= the similarity setting); the embedding function is handed in (the
-pipeline's encoder), so no heavy library is imported here.
+only when the two shapes differ slightly (most of the shorter one's words in the other, MERGE_WORDS) and the
+MiniLM embeddings of their masked root lines are close (cosine >= the similarity setting); the embedding
+function is handed in (the pipeline's encoder), so no heavy library is imported here.
 
 A cluster becomes a draft when its pastes come from at least `min_pastes` different threads and one signature
 from the shared root line fires on every paste of the cluster, on no healthy start-up log and on no example of
-an existing KB case. Signatures that keep too little literal text beyond the exception class and errno
-(MIN_DRAFT_LITERAL: "IndexError: list index out of range" names no failure of its own) are never drafted.
+an existing KB case. Signatures that keep too little literal text beyond the exception class, errno and
+Python's own message templates (MIN_DRAFT_LITERAL: "IndexError: list index out of range", "TypeError: '…' object
+is not subscriptable" name no failure of their own) are never drafted.
 """
 
 from __future__ import annotations
@@ -31,14 +32,16 @@ from bot.kb_growth.lint import signature_fires
 from bot.kb_growth.suggest import _escape, _probe_case, generalise, title_from_line
 from bot.match import SignatureScanner
 from bot.models import Distilled, LogLine
+from indexer.text import mask
 
 MIN_PASTES = 2
-DEFAULT_SIMILARITY = 0.9
-# Two shapes "differ slightly" when this share of their words (Jaccard) is common.
-MERGE_WORDS = 0.5
+DEFAULT_SIMILARITY = 0.6  # the kb_draft_similarity setting's default (chosen on dev.jsonl only)
+# Two shapes "differ slightly" when this share of the shorter one's words is in the other (overlap coefficient:
+# a line with a prefix the other lacks, "InternVL2 infer error:Attempted to assign …", still differs slightly).
+MERGE_WORDS = 0.6
 MIN_DRAFT_LITERAL = 30
 _CLASS_PREFIX = re.compile(r"^(?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception)\s*:\s*|\\\[Errno [^\]]*\\\]\s*")
-_REGEX_PART = re.compile(r"\\S\+|\\d\+|\[\^?[^\]]*\]\*?\+?|\([^)]*\)[*+?]?|\s\+| \+|\\.")
+_REGEX_PART = re.compile(r"\.\*\?|\\S\+|\\d\+|\[\^?[^\]]*\]\*?\+?|\([^)]*\)[*+?]?|\s\+| \+|\\.")
 _WORD = re.compile(r"[A-Za-z][A-Za-z_]{2,}")
 # Lines that only say another line failed: the wrappers of kb/triage/components.yaml (bot/root.py) plus headers
 # whose detail is on the next error line (pydantic's "1 validation error for VllmConfig", vLLM's
@@ -57,9 +60,18 @@ def _generic(text: str) -> bool:
 Embed = Callable[[list[str]], Any]  # texts -> (n, dim) array of unit rows (indexer.encoder.Encoder.encode)
 
 
+# Python's own messages name no failure without the names around them ("'X' object has no attribute 'y'").
+_PYTHON_TEMPLATE = re.compile(
+    r"object has no attribute|object is not (?:subscriptable|callable|iterable)|got an unexpected keyword argument|"
+    r"is not defined|No such file or directory|not enough values to unpack|list index out of range|"
+    r"missing \d*\\?d?\+? ?required positional arguments?"
+)
+
+
 def literal_chars(pattern: str) -> int:
-    """Characters of literal text a drafted signature keeps beyond the exception class and errno."""
-    body = _CLASS_PREFIX.sub("", pattern)
+    """Characters of literal text a drafted signature keeps beyond the exception class, errno and Python's own
+    message templates."""
+    body = _PYTHON_TEMPLATE.sub("", _CLASS_PREFIX.sub("", pattern))
     return len(_REGEX_PART.sub("", body).strip())
 
 
@@ -143,7 +155,7 @@ def slightly_different(a: str, b: str) -> bool:
     wa, wb = _words(a), _words(b)
     if not wa or not wb:
         return False
-    return len(wa & wb) / len(wa | wb) >= MERGE_WORDS
+    return len(wa & wb) / min(len(wa), len(wb)) >= MERGE_WORDS
 
 
 class Clusters:
@@ -159,8 +171,8 @@ class Clusters:
     def _vector(self, root: str) -> np.ndarray | None:
         if self.embed is None:
             return None
-        if root not in self._vectors:
-            vec = np.asarray(self.embed([root]), dtype=np.float32).reshape(-1)
+        if root not in self._vectors:  # masked as the index embeds text: numbers and paths say nothing here
+            vec = np.asarray(self.embed([mask(root)]), dtype=np.float32).reshape(-1)
             norm = float(np.linalg.norm(vec))
             self._vectors[root] = vec / norm if norm > 0 else vec
         return self._vectors[root]
@@ -193,25 +205,48 @@ class Clusters:
         cluster.members.clear()
 
 
+_TOKEN = re.compile(r"\s+|\w+|[^\w\s]")
+MIN_RUN = 3  # characters of a shared run kept between gaps
+
+
 def _common_signature(roots: Sequence[str]) -> str | None:
-    """A signature from the longest run of text every root line shares (merged shapes whose numbers, prefixes
-    or tails differ), cut at word boundaries and generalised."""
+    """A signature from the runs of words every root line shares, in order (merged shapes whose numbers,
+    prefixes or single words differ): digits generalised, runs joined by `.*?`."""
     if len(roots) < 2:
         return None
-    common = roots[0]
+    common = [(tok, False) for tok in _TOKEN.findall(roots[0])]  # (token, a gap before it)
     for other in roots[1:]:
-        m = difflib.SequenceMatcher(None, common, other, autojunk=False).find_longest_match(
-            0, len(common), 0, len(other))
-        common = common[m.a : m.a + m.size]
-        if not common:
-            return None
-    words = common.split(" ")
-    if len(words) > 2:  # the first and last pieces may be cut inside a word
-        common = " ".join(words[1:-1])
-    common = common.strip()
-    if len(common) < MIN_DRAFT_LITERAL:
+        tokens = _TOKEN.findall(other)
+        blocks = difflib.SequenceMatcher(None, [t for t, _ in common], tokens, autojunk=False).get_matching_blocks()
+        kept: list[tuple[str, bool]] = []
+        end_a = end_b = -1
+        for a, b, size in blocks:
+            for k in range(size):
+                tok, gap = common[a + k]
+                if k == 0 and kept:
+                    gap = gap or a != end_a or b != end_b
+                kept.append((tok, gap if kept else False))
+            if size:
+                end_a, end_b = a + size, b + size
+        common = kept
+    runs: list[str] = []
+    current = ""
+    for tok, gap in common:
+        if gap and current:
+            runs.append(current)
+            current = ""
+        current += tok
+    runs.append(current)
+    pieces = [r.strip() for r in runs if len(r.strip()) >= MIN_RUN]
+    if not pieces:
         return None
-    return generalise(common) or _escape(common)
+    pattern = ".*?".join(re.sub(r"\d+", r"\\d+", _escape(p)) for p in pieces)
+    pattern = re.sub(r"(?:\\ | ){2,}", " +", pattern)
+    try:
+        re.compile(pattern)
+    except re.error:
+        return None
+    return pattern
 
 
 def draft_signature(cluster: Cluster, healthy: Sequence[tuple[str, Sequence[LogLine]]],

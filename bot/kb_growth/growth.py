@@ -448,8 +448,9 @@ class KBGrowth:
         permalink: str | None = None, versions: dict[str, str] | None = None,
     ) -> None:
         """Call after every answer: logs the KB could not explain become candidates for new cases, with their
-        root line, component, thread and versions (the team-learning loop clusters them)."""
-        if verdict == "unknown" and evidence.strip():
+        root line, component, thread and versions (the team-learning loop clusters them). "unknown" here means
+        no confident answer: an `uncertain` verdict is kept too."""
+        if verdict != "match" and evidence.strip():
             self.candidates.add(evidence, "unknown", channel=channel, user_id=user_id, answer_id=answer_id,
                                 root_text=root_text, component=component, thread=thread, permalink=permalink,
                                 versions=versions)
@@ -511,6 +512,7 @@ class KBGrowth:
             "cause": (f"Drafted by the team-learning loop from {drafted.pastes} unknown pastes in {drafted.threads} "
                       f"threads sharing the root line; component {drafted.component}. Reviewer: state the cause."),
             "fix": fix, "examples": examples,
+            "references": list(dict.fromkeys(ex["source"] for ex in examples)),
         })
 
     def candidates_text(self, drafted: ClusterDraft) -> list[str]:

@@ -215,7 +215,7 @@ def note_unknown(deps: SlackDeps, client: Any, *, answer_id: str, diagnosis: Any
                        user_id=user_id, root_text=root.text if root else None,
                        component=root.component if root else None,
                        thread=f"{channel}/{thread_ts}" if thread_ts else None, permalink=link, versions=versions)
-    if diagnosis.verdict != "unknown":
+    if diagnosis.verdict == "match":
         return
     for sub in growth.propose_drafts():
         request_review(deps, growth, client, sub)
