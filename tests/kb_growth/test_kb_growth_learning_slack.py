@@ -1,0 +1,94 @@
+"""The team-learning loop in Slack, over real HTTP to the fake Web API: one unknown failure pasted in two
+threads reaches the review channel as a drafted case; a reviewer's Approve makes it live at once; a draft whose
+signature fires on a healthy start-up is refused with the offending line, escaped."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from kb_growth_support import REVIEWER, KBFakeSlack
+from test_kb_growth_learning import plugin_log
+from test_kb_growth_slack import (  # noqa: F401 - fixtures
+    REVIEW_CHANNEL,
+    button,
+    fake,
+    kb_bot,
+    slack_escape,
+)
+
+from bot.kb_growth.db import Database
+from bot.kb_growth.submissions import SubmissionStore
+from bot.slack.reply import kb_growth as kbb
+
+DM_A = "D0LEARN01"
+DM_B = "D0LEARN02"
+
+
+def _paste(sender: Any, fake: KBFakeSlack, channel: str, log: str, ts: str, event_id: str) -> None:
+    sender.event({"type": "message", "channel": channel, "channel_type": "im", "user": "U0PASTER1",
+                  "text": slack_escape(log), "ts": ts, "event_ts": ts}, event_id)
+    fake.wait_for(lambda calls: any(c.method in ("chat.update", "chat.postMessage") and c.params.get("channel") == channel
+                                    for c in calls), 60)
+
+
+def test_two_threads_pasting_one_unknown_failure_reach_reviewers_and_approve_makes_it_live(
+    kb_bot: Any, fake: KBFakeSlack, grow_settings: Any
+) -> None:
+    bot, sender = kb_bot
+    _paste(sender, fake, DM_A, plugin_log(512, 3), "1700001000.000100", "Ev0LEARN01")
+    store = SubmissionStore(Database(grow_settings.kb_db_path))
+    assert store.list("pending") == []  # one thread: no draft yet
+    _paste(sender, fake, DM_B, plugin_log(64, 0), "1700001100.000100", "Ev0LEARN02")
+
+    def drafted(calls: list[Any]) -> bool:
+        return any(c.method == "chat.postMessage" and c.params.get("channel") == REVIEW_CHANNEL for c in calls)
+
+    fake.wait_for(drafted, 60)
+    [request] = [c for c in fake.calls_to("chat.postMessage") if c.params.get("channel") == REVIEW_CHANNEL]
+    [sub] = store.list("pending")
+    posted = json.dumps(request.params["blocks"])
+    assert sub.id in posted and "staging ring of plugin fastpath" in posted.lower()
+    assert "2 pastes in 2 threads" in posted and "/archives/D0LEARN02/p1700001100000100" in posted
+    assert [b["action_id"] for b in request.params["blocks"][-1]["elements"]] == [
+        kbb.ACTION_REVIEW_APPROVE, kbb.ACTION_REVIEW_REJECT]
+
+    review_ts = request.params["_ts"]
+    assert sender.interactive(button(fake, kbb.ACTION_REVIEW_APPROVE, sub.id, REVIEWER, review_ts, "ok")).status == 200
+    updated = fake.wait_for_call("chat.update", ts=review_ts)[-1].params
+    assert "Approved" in updated["blocks"][0]["text"]["text"]
+    new_id = store.get(sub.id).written_case
+    assert new_id and bot.deps.pipeline.match(plugin_log(7, 1)).best.case_id == new_id  # live at once
+
+
+def test_approving_a_draft_that_fires_on_a_healthy_start_up_is_refused_with_the_line(
+    kb_bot: Any, fake: KBFakeSlack, grow_settings: Any
+) -> None:
+    store = SubmissionStore(Database(grow_settings.kb_db_path))
+    sub = store.create_draft(author_id="vllm-doctor", source_text="x")
+    case = {
+        "id": "fires-on-start-up", "title": "Fires on every start-up", "title_zh": "每次启动都触发",
+        "area": "serving", "severity": "high", "signatures": ["Available routes are"],
+        "cause": "A drafted signature that a reviewer must not accept.", "fix": [{"text": "Nothing to do."}],
+        "examples": [{"source": "https://x.test/1", "log": "INFO Available routes are: /v1"},
+                     {"source": "https://x.test/2", "log": "INFO Available routes are: /v2"}],
+        "references": [],
+    }
+    store.stage(sub.id, kind="new", case=case, target_case=None, report={})
+    store.submit(sub.id, kind="new")
+    assert sender_click(kb_bot, fake, sub.id).status == 200
+
+    def refused(calls: list[Any]) -> bool:
+        return any(c.method == "response_url" and "healthy start-up log" in c.params.get("text", "") for c in calls)
+
+    [told] = [c for c in fake.wait_for(refused, 60) if c.method == "response_url"
+              and "healthy start-up log" in c.params.get("text", "")]
+    text = told.params["text"]
+    assert "Available routes are" in text and ", line " in text and told.params["response_type"] == "ephemeral"
+    assert "<" not in text.replace("<@", "")  # untrusted text escaped (&lt; &gt;)
+    assert store.get(sub.id).status == "pending"
+
+
+def sender_click(kb_bot: Any, fake: KBFakeSlack, sub_id: str) -> Any:
+    _, sender = kb_bot
+    return sender.interactive(button(fake, kbb.ACTION_REVIEW_APPROVE, sub_id, REVIEWER, "1700009999.000100", "healthy"))
