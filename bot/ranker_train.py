@@ -278,11 +278,30 @@ def _save_cache(matching: CachedMatching, cache: Path | None) -> None:
         print(f"cannot write cache {cache}: {exc.strerror or exc}", file=sys.stderr)
 
 
+def feedback_rows(doctor: Pipeline) -> list[dict[str, Any]]:
+    """The team's votes and accepted cases as labelled rows (bot/kb_growth/training.py); each row left out is
+    one line on stderr naming it."""
+    from bot.kb_growth.db import Database
+    from bot.kb_growth.training import training_rows
+
+    settings = doctor.settings
+    db = Database(settings.store_target(settings.kb_db_path))
+    examples = {c.id: [(ex.source, ex.log) for ex in c.examples] for c in doctor.kb.cases}
+    found = training_rows(db, set(doctor.kb.by_id()), examples)
+    for line in found.problems:
+        print(f"feedback: {line}", file=sys.stderr)
+    print(f"feedback: {len(found.rows)} rows from votes and accepted cases", file=sys.stderr)
+    return found.rows
+
+
 def run_train(args: argparse.Namespace, doctor: Pipeline) -> int:
     path = Path(args.labelled)
     if not path.is_file():
         raise UserInputError(f"no such file: {path}")
-    items = validate(load_labelled(path), doctor.kb, path)
+    labelled = load_labelled(path)
+    if getattr(args, "with_feedback", False):
+        labelled += feedback_rows(doctor)
+    items = validate(labelled, doctor.kb, path)
     cache = Path(args.cache) if args.cache else None
     matching = _cached_matching(doctor, cache)
     rows = collect(matching, doctor.kb, items)

@@ -529,6 +529,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kfold", action="store_true", help="print the held-back ablation table instead of training")
     p.add_argument("--folds", type=int, default=5)
     p.add_argument("--blind", help="with --kfold: also score this blind file once, trained on all labelled logs")
+    p.add_argument("--with-feedback", action="store_true",
+                   help="also train on the team's 'Fixed it' / 'Didn't help' votes and accepted cases (the KB store)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_train)
 

@@ -83,10 +83,11 @@ CREATE TABLE IF NOT EXISTS kb_changes (
     created REAL NOT NULL
 )
 """),
-    Migration(3, "candidates keep their root line, component and versions; the threads they were pasted in", """
+    Migration(3, "candidates keep their root line, component, versions and threads; votes keep the evidence", """
 ALTER TABLE candidates ADD COLUMN root_text TEXT;
 ALTER TABLE candidates ADD COLUMN component TEXT;
 ALTER TABLE candidates ADD COLUMN versions TEXT NOT NULL DEFAULT '{}';
+ALTER TABLE votes ADD COLUMN evidence TEXT;
 CREATE TABLE IF NOT EXISTS candidate_threads (
     candidate_id INTEGER NOT NULL,
     thread       TEXT NOT NULL,      -- channel/thread ts: pastes from one thread count once

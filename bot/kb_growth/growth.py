@@ -434,7 +434,8 @@ class KBGrowth:
         evidence: str = "",
     ) -> VoteResult:
         result = self.feedback.vote(
-            answer_id=answer_id, user_id=user_id, value=value, case_id=case_id, verdict=verdict, channel=channel
+            answer_id=answer_id, user_id=user_id, value=value, case_id=case_id, verdict=verdict, channel=channel,
+            evidence=evidence,
         )
         if value == "not_helpful" and evidence.strip():
             self.candidates.add(

@@ -170,3 +170,59 @@ def test_accepting_a_draft_that_fires_on_a_healthy_start_up_is_refused_with_the_
     message = str(refused.value.problems["signatures"])
     assert "healthy start-up log" in message and "Available routes are" in message and ", line " in message
     assert growth.submissions.get_or_raise(sub.id).status == "pending"
+
+
+def test_votes_and_accepted_cases_become_training_rows_and_bad_rows_are_one_line_each(
+    growth: KBGrowth, grow_settings: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: Any
+) -> None:
+    from bot.cli.main import main
+    from bot.evaluate import load_labelled
+    from bot.kb_growth.training import training_rows
+
+    kb = growth.pipeline.kb
+    case = kb.cases[0]
+    log = case.examples[0].log
+    growth.vote(answer_id="a1", user_id="U1", value="fixed", case_id=case.id, verdict="match", channel="C1",
+                evidence=f"  1  {log.splitlines()[0]}\n  2  token={SECRET}")
+    growth.vote(answer_id="a2", user_id="U2", value="not_helpful", case_id=case.id, verdict="match", channel="C1",
+                evidence=log)
+    growth.vote(answer_id="a3", user_id="U3", value="fixed", case_id="a-deleted-case", verdict="match", channel="C1",
+                evidence=log)
+    growth.vote(answer_id="a4", user_id="U4", value="fixed", case_id=case.id, verdict="match", channel="C1")
+    sub = growth.submissions.create_draft(author_id="U1", source_text="x")
+    growth.submissions.stage(sub.id, kind="new", case={"id": "x"}, target_case=None, report={})
+    growth.submissions.submit(sub.id, kind="new")
+    growth.submissions.claim(sub.id, REVIEWER)
+    growth.submissions.finish(sub.id, written_case=case.id, written_path="x.yaml")
+    gone = growth.submissions.create_draft(author_id="U1", source_text="x")
+    growth.submissions.stage(gone.id, kind="new", case={"id": "y"}, target_case=None, report={})
+    growth.submissions.submit(gone.id, kind="new")
+    growth.submissions.claim(gone.id, REVIEWER)
+    growth.submissions.finish(gone.id, written_case="since-deleted", written_path="y.yaml")
+
+    examples = {c.id: [(ex.source, ex.log) for ex in c.examples] for c in kb.cases}
+    found = training_rows(growth.db, set(kb.by_id()), examples)
+    by_id = {r["id"]: r for r in found.rows}
+    assert by_id["vote-a1-U1"]["expected"] == case.id and SECRET not in by_id["vote-a1-U1"]["log"]
+    assert not by_id["vote-a1-U1"]["log"].startswith("  1  ")  # the answer's line numbers are not the log
+    assert by_id["vote-a2-U2"]["expected"] is None
+    assert len([r for r in found.rows if r["id"].startswith(f"accepted-{sub.id}-")]) == len(case.examples)
+    assert len(found.problems) == 3
+    assert any("vote a3/U3" in p and "'a-deleted-case'" in p for p in found.problems)
+    assert any("vote a4/U4" in p and "empty log" in p for p in found.problems)
+    assert any(gone.id in p and "deleted" in p for p in found.problems)
+    assert all("\n" not in p for p in found.problems)
+
+    # `vllm-doctor train --with-feedback` reads them beside a small labelled file
+    dev = [r for r in load_labelled(Path(__file__).resolve().parents[1] / "eval" / "dev.jsonl")][:30]
+    small = tmp_path / "small.jsonl"
+    small.write_text("".join(json.dumps(r) + "\n" for r in dev), encoding="utf-8")
+    monkeypatch.setenv("VLLM_DOCTOR_KB_DB_PATH", str(grow_settings.kb_db_path))
+    monkeypatch.setenv("VLLM_DOCTOR_INDEX_DIR", str(grow_settings.index_dir))
+    monkeypatch.setenv("VLLM_DOCTOR_KB_DIR", str(grow_settings.kb_dir))
+    out = tmp_path / "ranker.json"
+    assert main(["train", str(small), "--with-feedback", "--out", str(out), "--cache", ""]) == 0
+    err = capsys.readouterr().err
+    assert f"feedback: {len(found.rows)} rows from votes and accepted cases" in err
+    assert "feedback: vote a3/U3" in err and "Traceback" not in err
+    assert json.loads(out.read_text())["trained_on"]["logs"] >= 30
