@@ -40,10 +40,11 @@ from bot.kb_growth.clusters import (
 )
 from bot.kb_growth.lint import cleaned_lines, healthy_logs, signature_fires
 from bot.kb_growth.suggest import _probe_case
-from bot.match import Matcher, MatchParams, SignatureScanner
+from bot.match import Matcher, MatchParams, SearchHit, SearchIndex, SignatureScanner
 from bot.models import Distilled
 from bot.pipeline import Pipeline
 from bot.root import read_root
+from kb.loader import KnowledgeBase
 from kb.schema import Case
 
 __all__ = ["MIN_DRAFT_LITERAL", "MIN_PASTES", "Draft", "ReplayResult", "replay", "run_replay"]
@@ -89,6 +90,22 @@ class ReplayResult:
         }
 
 
+class _Without:
+    """The search index with some cases' hits left out (leave-cases-out: the KB as if they were never written)."""
+
+    def __init__(self, index: SearchIndex, held: frozenset[str]):
+        self._index = index
+        self._held = held
+
+    def search(self, query: str, k: int = 10) -> Sequence[SearchHit]:
+        return [h for h in self._index.search(query, k + len(self._held)) if h.case_id not in self._held][:k]
+
+
+def without_cases(kb: KnowledgeBase, held: frozenset[str]) -> KnowledgeBase:
+    return KnowledgeBase(tuple(c for c in kb.cases if c.id not in held), f"{kb.content_hash}-without-{len(held)}",
+                         {k: v for k, v in kb.case_hashes.items() if k not in held}, kb.errors)
+
+
 def _root_line(distilled: Distilled, scanner: SignatureScanner) -> str | None:
     """The paste's root line as the loop clusters it (bot/kb_growth/clusters.cluster_root, no root.py line)."""
     return cluster_root(distilled, scanner)
@@ -100,14 +117,18 @@ def _literal(pattern: str) -> int:
 
 def replay(doctor: Pipeline, rows: Sequence[dict[str, Any]], min_pastes: int = MIN_PASTES,
            healthy_dir: Path | None = None, matching: CachedMatching | None = None,
-           embed: Embed | None = None, similarity: float = DEFAULT_SIMILARITY) -> ReplayResult:
+           embed: Embed | None = None, similarity: float = DEFAULT_SIMILARITY,
+           hold_out: frozenset[str] = frozenset()) -> ReplayResult:
     """Stream `rows` through the loop (bot/kb_growth/clusters.py, as the product does) with a reviewer who
-    accepts every draft. `embed`: root-line embeddings for merging near shapes (None: shapes only)."""
+    accepts every draft. `embed`: root-line embeddings for merging near shapes (None: shapes only). `hold_out`:
+    case ids removed from the KB for the replay (their logs are then failures the KB does not know)."""
     matching = matching or CachedMatching(doctor.kb, doctor.index, doctor.distil)
-    matcher = Matcher(doctor.kb, matching.index, params=MatchParams(), ranker=doctor.matcher.ranker)
+    kb = without_cases(doctor.kb, hold_out) if hold_out else doctor.kb
+    index: SearchIndex = _Without(matching.index, hold_out) if hold_out else matching.index
+    matcher = Matcher(kb, index, params=MatchParams(), ranker=None if hold_out else doctor.matcher.ranker)
     healthy = healthy_logs(healthy_dir)
-    scanner = SignatureScanner(doctor.kb.cases)
-    examples = [cleaned_lines(ex.log) for c in doctor.kb.cases for ex in c.examples]
+    scanner = SignatureScanner(kb.cases)
+    examples = [cleaned_lines(ex.log) for c in kb.cases for ex in c.examples]
     labels = [str(r.get("expected") or r.get("label") or r.get("id") or f"row-{n}") for n, r in enumerate(rows, 1)]
     threads = [str(r.get("source") or r.get("id") or n) for n, r in enumerate(rows)]
     clusters = Clusters(embed, similarity)
@@ -158,8 +179,10 @@ def replay(doctor: Pipeline, rows: Sequence[dict[str, Any]], min_pastes: int = M
     return ReplayResult(drafts, labels, before, after, false, fires)
 
 
-def run_replay(path: Path, doctor: Pipeline, as_json: bool) -> int:
+def run_replay(path: Path, doctor: Pipeline, as_json: bool, hold_out_cases: bool = False) -> int:
+    """`hold_out_cases`: leave-cases-out, every case some row expects is removed from the KB for the replay."""
     rows = load_labelled(path)
+    held = frozenset(str(r["expected"]) for r in rows if r.get("expected")) if hold_out_cases else frozenset()
     matching = CachedMatching(doctor.kb, doctor.index, doctor.distil)
     cache = Path(".cache/ranker-matching.pkl")  # vllm-doctor train's distillations and searches, when present
     if cache.is_file():
@@ -170,10 +193,13 @@ def run_replay(path: Path, doctor: Pipeline, as_json: bool) -> int:
     settings = doctor.settings
     result = replay(doctor, rows, matching=matching, min_pastes=int(settings.kb_draft_min_pastes),
                     embed=doctor.index.encoder().encode, similarity=float(settings.kb_draft_similarity),
-                    healthy_dir=settings.kb_healthy_logs_dir)
+                    healthy_dir=settings.kb_healthy_logs_dir, hold_out=held)
     if not as_json:
         for d in result.drafts:
             print(f"draft ({len(d.logs)} pastes): {d.title}\n  signature: {d.pattern}\n  logs: "
                   + ", ".join(str(rows[i].get("id") or i) for i in d.logs))
-    print(json.dumps(result.as_dict()))
+    figures = result.as_dict()
+    if held:
+        figures["held_out_cases"] = len(held)
+    print(json.dumps(figures))
     return 0
