@@ -19,6 +19,7 @@ import dataclasses
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,7 +33,7 @@ from bot.kb_growth.clusters import ClusterDraft, Clusters, Unknown, cluster_root
 from bot.kb_growth.db import Database
 from bot.kb_growth.duplicates import Similar, likely_duplicates, nearest_cases
 from bot.kb_growth.feedback import FeedbackStore, Vote, VoteResult
-from bot.kb_growth.form import EXAMPLE_SEPARATOR, CaseForm, form_to_case
+from bot.kb_growth.form import EXAMPLE_SEPARATOR, CaseForm, case_to_form, form_to_case
 from bot.kb_growth.gitcommit import CommitResult, author_string, commit_file
 from bot.kb_growth.lint import LintReport, cleaned_lines, healthy_logs, lint_case, signature_fires
 from bot.kb_growth.regex_safety import unsafe_signature
@@ -56,6 +57,7 @@ from kb.schema import AREAS, Case, Example
 log = logging.getLogger(__name__)
 
 MAX_SOURCE_TEXT = 64 * 1024
+LOOP_AUTHOR = "vllm-doctor"  # author of the cases the team-learning loop drafts
 GROUP_CACHE_S = 60.0
 
 
@@ -530,9 +532,17 @@ class KBGrowth:
             except Exception as exc:  # noqa: BLE001 - one bad draft must not stop the others
                 log.warning("drafted case %r could not be built: %s", drafted.title, exc)
                 continue
+            claim = f"claim-{uuid.uuid4().hex}"  # two workers (or replicas) drafting at once: one posts it
+            with self.db.write() as conn:
+                conn.execute("INSERT INTO cluster_drafts (signature, submission_id, created_at) VALUES (?, ?, ?) "
+                             "ON CONFLICT (signature) DO NOTHING", (drafted.signature, claim, time.time()))
+                row = conn.execute("SELECT submission_id FROM cluster_drafts WHERE signature = ?",
+                                   (drafted.signature,)).fetchone()
+            if row is None or row["submission_id"] != claim:
+                continue
             link = drafted.links[0] if drafted.links and drafted.links[0].startswith("https://") else None
             sub = self.submissions.create_draft(
-                author_id="vllm-doctor", author_name="vllm-doctor (team-learning loop)", channel=None,
+                author_id=LOOP_AUTHOR, author_name="vllm-doctor (team-learning loop)", channel=None,
                 message_ts=None, permalink=link, source_text="\n".join(u.root for u in drafted.members),
                 prefill={"cluster": drafted.as_dict()})
             report = {"nearest": [], "duplicates": [],
@@ -542,10 +552,24 @@ class KBGrowth:
                                    report=report)
             sub = self.submissions.submit(sub.id, kind="new")
             with self.db.write() as conn:
-                conn.execute("INSERT INTO cluster_drafts (signature, submission_id, created_at) VALUES (?, ?, ?) "
-                             "ON CONFLICT (signature) DO NOTHING", (drafted.signature, sub.id, time.time()))
+                conn.execute("UPDATE cluster_drafts SET submission_id = ? WHERE signature = ?", (sub.id, drafted.signature))
             out.append(sub)
         return out
+
+    def edit_draft(self, sub_id: str, reviewer_id: str, reviewer_name: str = "") -> tuple[Submission, CaseForm]:
+        """A reviewer edits a drafted case: it is dismissed (rejected, note names the new one) and a new form
+        draft, authored by the reviewer and pre-filled with it, goes through the usual form and review."""
+        if not self.reviewers.is_reviewer(reviewer_id):
+            raise PermissionDenied("Only KB reviewers can edit drafted cases.")
+        old = self.submissions.get_or_raise(sub_id)
+        if old.author_id != LOOP_AUTHOR or old.case is None:
+            raise ReviewConflict("only cases drafted by the team-learning loop are edited here")
+        form = case_to_form(Case.model_validate(old.case))
+        new = self.submissions.create_draft(
+            author_id=reviewer_id, author_name=reviewer_name, permalink=old.permalink, source_text=old.source_text,
+            prefill={"form": form.as_dict(), "edited_from": old.id})
+        self.submissions.reject(sub_id, reviewer_id, note=f"edited as {new.id}")
+        return new, form
 
     def refuse_healthy_hits(self, sub: Submission) -> None:
         """InvalidCase naming the healthy start-up log and line a proposed signature fires on."""

@@ -28,6 +28,7 @@ from bot.errors import UserInputError
 from bot.i18n import Language, t
 from bot.kb_growth import KBGrowth
 from bot.kb_growth.duplicates import Similar
+from bot.kb_growth.growth import LOOP_AUTHOR
 from bot.kb_growth.submissions import Submission
 from bot.slack.deps import SlackDeps
 from bot.slack.files import fetch_file_text
@@ -188,6 +189,7 @@ def request_review(deps: SlackDeps, growth: KBGrowth, client: Any, sub: Submissi
         nearest=nearest,
         warnings=sub.report.get("warnings", []),
         permalink=sub.permalink,
+        editable=sub.author_id == LOOP_AUTHOR,
     )
     for target in targets:
         try:

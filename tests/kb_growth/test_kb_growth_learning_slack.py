@@ -5,41 +5,45 @@ signature fires on a healthy start-up is refused with the offending line, escape
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
-from kb_growth_support import REVIEWER, KBFakeSlack
+import test_kb_growth_slack as base
+from kb_growth_support import REVIEWER, STRANGER, KBFakeSlack
 from test_kb_growth_learning import plugin_log
-from test_kb_growth_slack import (  # noqa: F401 - fixtures
-    REVIEW_CHANNEL,
-    button,
-    fake,
-    kb_bot,
-    slack_escape,
-)
+from test_kb_growth_slack import REVIEW_CHANNEL, button, slack_escape, wait_view
 
+from bot.kb_growth.candidates import CandidateStore
 from bot.kb_growth.db import Database
 from bot.kb_growth.submissions import SubmissionStore
 from bot.slack.reply import kb_growth as kbb
 
+fake = base.fake  # the fake Slack Web API and the bot over real HTTP, as in test_kb_growth_slack.py
+kb_bot = base.kb_bot
 DM_A = "D0LEARN01"
 DM_B = "D0LEARN02"
 
 
-def _paste(sender: Any, fake: KBFakeSlack, channel: str, log: str, ts: str, event_id: str) -> None:
+def _paste(sender: Any, fake: KBFakeSlack, channel: str, log: str, ts: str, event_id: str, db: Any) -> None:
+    """Paste in a DM of its own (a thread of its own) and wait until the answer's candidate is stored."""
     sender.event({"type": "message", "channel": channel, "channel_type": "im", "user": "U0PASTER1",
                   "text": slack_escape(log), "ts": ts, "event_ts": ts}, event_id)
-    fake.wait_for(lambda calls: any(c.method in ("chat.update", "chat.postMessage") and c.params.get("channel") == channel
-                                    for c in calls), 60)
+    thread = f"{channel}/{ts}"
+    deadline = time.monotonic() + 60
+    while not any(thread in [t for t, _ in c.threads] for c in CandidateStore(db).unknowns()):
+        assert time.monotonic() < deadline, f"the paste in {thread} was never stored as a candidate"
+        time.sleep(0.05)
 
 
 def test_two_threads_pasting_one_unknown_failure_reach_reviewers_and_approve_makes_it_live(
     kb_bot: Any, fake: KBFakeSlack, grow_settings: Any
 ) -> None:
     bot, sender = kb_bot
-    _paste(sender, fake, DM_A, plugin_log(512, 3), "1700001000.000100", "Ev0LEARN01")
-    store = SubmissionStore(Database(grow_settings.kb_db_path))
+    db = Database(grow_settings.kb_db_path)
+    _paste(sender, fake, DM_A, plugin_log(512, 3), "1700001000.000100", "Ev0LEARN01", db)
+    store = SubmissionStore(db)
     assert store.list("pending") == []  # one thread: no draft yet
-    _paste(sender, fake, DM_B, plugin_log(64, 0), "1700001100.000100", "Ev0LEARN02")
+    _paste(sender, fake, DM_B, plugin_log(64, 0), "1700001100.000100", "Ev0LEARN02", db)
 
     def drafted(calls: list[Any]) -> bool:
         return any(c.method == "chat.postMessage" and c.params.get("channel") == REVIEW_CHANNEL for c in calls)
@@ -51,7 +55,7 @@ def test_two_threads_pasting_one_unknown_failure_reach_reviewers_and_approve_mak
     assert sub.id in posted and "staging ring of plugin fastpath" in posted.lower()
     assert "2 pastes in 2 threads" in posted and "/archives/D0LEARN02/p1700001100000100" in posted
     assert [b["action_id"] for b in request.params["blocks"][-1]["elements"]] == [
-        kbb.ACTION_REVIEW_APPROVE, kbb.ACTION_REVIEW_REJECT]
+        kbb.ACTION_REVIEW_APPROVE, kbb.ACTION_REVIEW_EDIT, kbb.ACTION_REVIEW_REJECT]
 
     review_ts = request.params["_ts"]
     assert sender.interactive(button(fake, kbb.ACTION_REVIEW_APPROVE, sub.id, REVIEWER, review_ts, "ok")).status == 200
@@ -92,3 +96,30 @@ def test_approving_a_draft_that_fires_on_a_healthy_start_up_is_refused_with_the_
 def sender_click(kb_bot: Any, fake: KBFakeSlack, sub_id: str) -> Any:
     _, sender = kb_bot
     return sender.interactive(button(fake, kbb.ACTION_REVIEW_APPROVE, sub_id, REVIEWER, "1700009999.000100", "healthy"))
+
+
+def test_a_reviewer_edits_a_drafted_case_in_the_case_form_and_others_are_refused(
+    kb_bot: Any, fake: KBFakeSlack, grow_settings: Any
+) -> None:
+    _, sender = kb_bot
+    db = Database(grow_settings.kb_db_path)
+    _paste(sender, fake, DM_A, plugin_log(512, 3), "1700002000.000100", "Ev0LEARN11", db)
+    _paste(sender, fake, DM_B, plugin_log(64, 0), "1700002100.000100", "Ev0LEARN12", db)
+    fake.wait_for(lambda calls: any(c.method == "chat.postMessage" and c.params.get("channel") == REVIEW_CHANNEL
+                                    for c in calls), 60)
+    store = SubmissionStore(Database(grow_settings.kb_db_path))
+    [draft] = store.list("pending")
+    signature = draft.case["signatures"][0]
+
+    sender.interactive(button(fake, kbb.ACTION_REVIEW_EDIT, draft.id, STRANGER, "1700002200.000100", "edit-no"))
+    fake.wait_for(lambda calls: any(c.method == "response_url" and "Only KB reviewers can edit" in c.params.get("text", "")
+                                    for c in calls))
+    assert store.get(draft.id).status == "pending"
+
+    sender.interactive(button(fake, kbb.ACTION_REVIEW_EDIT, draft.id, REVIEWER, "1700002200.000100", "edit-ok"))
+    form = wait_view(fake, lambda v: v.get("callback_id") == kbb.VIEW_CASE_FORM)
+    assert json.dumps(signature)[1:-1] in json.dumps(form)  # the drafted signature, pre-filled
+    edited = store.get(form["private_metadata"])
+    assert edited.status == "draft" and edited.author_id == REVIEWER
+    dismissed = store.get(draft.id)
+    assert dismissed.status == "rejected" and dismissed.note == f"edited as {edited.id}"

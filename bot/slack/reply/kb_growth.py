@@ -31,6 +31,7 @@ VIEW_CASE_FORM = "kb_case_form"
 VIEW_DUPLICATE = "kb_case_duplicate"
 ACTION_REVIEW_APPROVE = "kb_review_approve"
 ACTION_REVIEW_REJECT = "kb_review_reject"
+ACTION_REVIEW_EDIT = "kb_review_edit"  # a drafted case (team-learning loop): open it in the case form
 CHOICE_BLOCK = "choice"
 INPUT_ACTION = "value"  # action_id of every input element: state.values[block_id]["value"]
 CHOICE_NEW = "new"
@@ -248,7 +249,9 @@ def review_message(
     nearest: Sequence[Similar] = (),
     warnings: Sequence[str] = (),
     permalink: str | None = None,
+    editable: bool = False,
 ) -> Message:
+    """editable: a case drafted by the team-learning loop; reviewers get an Edit button beside Approve / Reject."""
     title = str(case.get("title", ""))
     if kind == "example":
         head = (f":inbox_tray: *New example for KB case {inline_code(target_case or '', 100)}* from "
@@ -306,6 +309,8 @@ def review_message(
             "elements": [
                 {"type": "button", "text": _plain("Approve", 75), "style": "primary",
                  "action_id": ACTION_REVIEW_APPROVE, "value": submission_id},
+                *([{"type": "button", "text": _plain("Edit", 75), "action_id": ACTION_REVIEW_EDIT,
+                    "value": submission_id}] if editable else []),
                 {"type": "button", "text": _plain("Reject", 75), "style": "danger",
                  "action_id": ACTION_REVIEW_REJECT, "value": submission_id},
             ],
