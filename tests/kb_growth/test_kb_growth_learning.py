@@ -226,3 +226,33 @@ def test_votes_and_accepted_cases_become_training_rows_and_bad_rows_are_one_line
     assert f"feedback: {len(found.rows)} rows from votes and accepted cases" in err
     assert "feedback: vote a3/U3" in err and "Traceback" not in err
     assert json.loads(out.read_text())["trained_on"]["logs"] >= 30
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_two_workers_proposing_at_once_post_one_draft(
+    backend: str, grow_settings: Any, engine: Any, request: pytest.FixtureRequest
+) -> None:
+    import threading
+
+    settings = grow_settings
+    if backend == "postgresql":
+        settings = grow_settings.model_copy(update={"database_url": request.getfixturevalue("postgres_url")})
+    growth = KBGrowth(settings, engine)
+    for n, (size, node) in enumerate(((512, 3), (64, 0))):
+        growth.note_answer(answer_id=f"w{n}", verdict="unknown", evidence=plugin_log(size, node), channel=f"C{n}",
+                           root_text=f"RuntimeError: staging ring of plugin fastpath could not pin {size} pages on "
+                                     f"numa node {node}", thread=f"C{n}/{n}.1")
+    posted: list[Any] = []
+    start = threading.Barrier(2)
+
+    def propose() -> None:
+        start.wait()
+        posted.extend(KBGrowth(settings, engine).propose_drafts())
+
+    workers = [threading.Thread(target=propose) for _ in range(2)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert len(posted) == 1 and [s.id for s in growth.submissions.list("pending")] == [posted[0].id]
+    assert growth.posted_signatures() == {posted[0].case["signatures"][0]: posted[0].id}

@@ -52,7 +52,7 @@ def test_two_threads_pasting_one_unknown_failure_reach_reviewers_and_approve_mak
     [request] = [c for c in fake.calls_to("chat.postMessage") if c.params.get("channel") == REVIEW_CHANNEL]
     [sub] = store.list("pending")
     posted = json.dumps(request.params["blocks"])
-    assert sub.id in posted and "staging ring of plugin fastpath" in posted.lower()
+    assert sub.id in posted and "staging ring of plugin fastpath" in posted.lower() and "Drafted KB case" in posted
     assert "2 pastes in 2 threads" in posted and "/archives/D0LEARN02/p1700001100000100" in posted
     assert [b["action_id"] for b in request.params["blocks"][-1]["elements"]] == [
         kbb.ACTION_REVIEW_APPROVE, kbb.ACTION_REVIEW_EDIT, kbb.ACTION_REVIEW_REJECT]

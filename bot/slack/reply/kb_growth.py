@@ -257,6 +257,9 @@ def review_message(
         head = (f":inbox_tray: *New example for KB case {inline_code(target_case or '', 100)}* from "
                 f"{user_mention(author_id)}")
         fallback = f"New example for KB case {target_case}"
+    elif editable:
+        head = ":bulb: *Drafted KB case for review*: one unknown failure pasted in several threads (team-learning loop)"
+        fallback = f"Drafted KB case for review: {title}"
     else:
         head = f":inbox_tray: *New KB case for review* from {user_mention(author_id)}"
         fallback = f"New KB case for review: {title}"
