@@ -161,12 +161,14 @@ def slightly_different(a: str, b: str) -> bool:
 class Clusters:
     """Unknowns added in paste order; `add` returns the cluster the paste joined."""
 
-    def __init__(self, embed: Embed | None = None, similarity: float = DEFAULT_SIMILARITY):
+    def __init__(self, embed: Embed | None = None, similarity: float = DEFAULT_SIMILARITY,
+                 vectors: dict[str, np.ndarray] | None = None):
+        """vectors: root line → embedding, kept by the caller between rounds (each line is embedded once)."""
         self.embed = embed
         self.similarity = similarity
         self.clusters: list[Cluster] = []
         self._by_shape: dict[str, Cluster] = {}
-        self._vectors: dict[str, np.ndarray] = {}
+        self._vectors: dict[str, np.ndarray] = {} if vectors is None else vectors
 
     def _vector(self, root: str) -> np.ndarray | None:
         if self.embed is None:

@@ -16,6 +16,7 @@ and re-embeds just the new case (indexer/index.py), so nothing is lost.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import threading
 import time
@@ -59,6 +60,12 @@ log = logging.getLogger(__name__)
 MAX_SOURCE_TEXT = 64 * 1024
 LOOP_AUTHOR = "vllm-doctor"  # author of the cases the team-learning loop drafts
 GROUP_CACHE_S = 60.0
+
+
+@functools.lru_cache(maxsize=4096)
+def _distilled(text: str) -> Any:
+    """A stored candidate's distillation (the loop re-reads every open candidate after each unknown answer)."""
+    return distill(text)
 
 
 class ReviewerPolicy:
@@ -163,6 +170,7 @@ class KBGrowth:
         self.reviewers = ReviewerPolicy(settings.kb_reviewers, settings.kb_reviewer_group, group_members)
         self.duplicate_threshold = float(settings.kb_duplicate_threshold)
         self._healthy_dir = Path(settings.kb_healthy_logs_dir) if settings.kb_healthy_logs_dir else None
+        self._root_vectors: dict[str, Any] = {}  # unknown root lines embedded once per process (clusters.py)
         recovered = self.submissions.recover()
         if recovered:
             log.warning("%d interrupted KB approval(s) put back to pending", recovered)
@@ -469,12 +477,12 @@ class KBGrowth:
         left out unless include_posted."""
         scanner = SignatureScanner(self.pipeline.kb.cases)
         examples = [cleaned_lines(ex.log) for c in self.pipeline.kb.cases for ex in c.examples]
-        clusters = Clusters(self._embed(), float(getattr(self.settings, "kb_draft_similarity", 0.9)))
+        clusters = Clusters(self._embed(), float(getattr(self.settings, "kb_draft_similarity", 0.6)), self._root_vectors)
         min_pastes = int(getattr(self.settings, "kb_draft_min_pastes", 2))
         drafts: list[ClusterDraft] = []
         posted = self.posted_signatures()
         for cand in self.candidates.unknowns():
-            distilled = distill(cand.text)
+            distilled = _distilled(cand.text)
             root = cluster_root(distilled, scanner, cand.root_text)
             shape = shape_of(root)
             if root is None or shape is None:
