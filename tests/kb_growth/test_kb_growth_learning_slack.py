@@ -123,3 +123,49 @@ def test_a_reviewer_edits_a_drafted_case_in_the_case_form_and_others_are_refused
     assert edited.status == "draft" and edited.author_id == REVIEWER
     dismissed = store.get(draft.id)
     assert dismissed.status == "rejected" and dismissed.note == f"edited as {edited.id}"
+
+
+def test_reviewers_retrain_the_ranker_from_app_home_and_others_are_refused(
+    fake: KBFakeSlack, grow_settings: Any, tmp_path: Any, monkeypatch: Any
+) -> None:
+    from kb_growth_support import make_engine
+    from slack_support import SlackSender, bot_settings
+
+    import bot.ranker_train
+    from bot.evaluate import load_labelled
+    from bot.slack.server import SlackBot
+
+    artifact = tmp_path / "ranker.json"
+    settings = grow_settings.model_copy(update={"ranker_path": artifact})
+    dev = load_labelled(bot.ranker_train.DEFAULT_LABELLED)[:30]  # a small labelled file keeps the test short
+    small = tmp_path / "small.jsonl"
+    small.write_text("".join(json.dumps(r) + "\n" for r in dev), encoding="utf-8")
+    monkeypatch.setattr(bot.ranker_train, "DEFAULT_LABELLED", small)
+    engine = make_engine(settings)
+    cfg = bot_settings(fake, settings, kb_reviewers=[REVIEWER], kb_review_channel=REVIEW_CHANNEL)
+    slack_bot = SlackBot(cfg, engine, http=True).start()
+    try:
+        sender = SlackSender(slack_bot.url + "/slack/events")
+        engine_growth = slack_bot.deps.kb_growth
+        engine_growth.vote(answer_id="r1", user_id="U1", value="fixed", case_id=dev[0]["expected"] or
+                           engine.kb.cases[0].id, verdict="match", channel="C1", evidence=dev[0]["log"])
+        for n, user in enumerate((REVIEWER, STRANGER)):
+            sender.event({"type": "app_home_opened", "user": user, "channel": f"D0HOME0{n}", "tab": "home",
+                          "event_ts": f"170000300{n}.000100"}, f"Ev0HOME0{n}")
+        home = {c.params["user_id"]: json.dumps(c.params["view"])
+                for c in fake.wait_for(lambda calls: sum(c.method == "views.publish" for c in calls) >= 2, 60)
+                if c.method == "views.publish"}
+        assert kbb.ACTION_RETRAIN in home[REVIEWER] and kbb.ACTION_RETRAIN not in home[STRANGER]
+
+        for user in (STRANGER, REVIEWER):
+            click = button(fake, kbb.ACTION_RETRAIN, "retrain", user, "1700003100.000100", f"retrain-{user}")
+            click.pop("channel"), click.pop("container"), click.pop("message"), click.pop("response_url")
+            click["view"] = {"id": "VHOME", "type": "home"}
+            assert sender.interactive(click).status == 200
+        refused = fake.wait_for_call("chat.postMessage", channel=STRANGER)[-1].params
+        assert "Only KB reviewers can retrain" in refused["text"]
+        done = fake.wait_for_call("chat.postMessage", channel=REVIEWER, timeout=240)[-1].params
+        assert "ranker trained on" in done["text"] and "rows with the team's feedback" in done["text"]
+        assert json.loads(artifact.read_text())["trained_on"]["logs"] >= 30
+    finally:
+        slack_bot.stop(drain_s=30)

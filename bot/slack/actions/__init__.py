@@ -12,6 +12,7 @@ from bot.slack.actions.add_kb_case import add_kb_case
 from bot.slack.actions.answer_feedback import answer_feedback
 from bot.slack.actions.draft_issue import draft_issue
 from bot.slack.actions.edit_kb_draft import edit_kb_draft
+from bot.slack.actions.retrain_ranker import retrain_ranker
 from bot.slack.actions.review_kb_case import review_kb_case
 from bot.slack.actions.run_diagnostics import run_diagnostics
 from bot.slack.deps import SlackDeps
@@ -28,5 +29,6 @@ def register(app: Any, deps: SlackDeps) -> None:
     app.action(kbb.ACTION_REVIEW_APPROVE)(review_kb_case(deps, growth, approve=True))
     app.action(kbb.ACTION_REVIEW_REJECT)(review_kb_case(deps, growth, approve=False))
     app.action(kbb.ACTION_REVIEW_EDIT)(edit_kb_draft(deps, growth))
+    app.action(kbb.ACTION_RETRAIN)(retrain_ranker(deps, growth))
     app.action(kit.ACTION_RUN_DIAGNOSTICS)(run_diagnostics(deps))
     app.action(kit.ACTION_DRAFT_ISSUE)(draft_issue(deps))

@@ -31,7 +31,8 @@ VIEW_CASE_FORM = "kb_case_form"
 VIEW_DUPLICATE = "kb_case_duplicate"
 ACTION_REVIEW_APPROVE = "kb_review_approve"
 ACTION_REVIEW_REJECT = "kb_review_reject"
-ACTION_REVIEW_EDIT = "kb_review_edit"  # a drafted case (team-learning loop): open it in the case form
+ACTION_REVIEW_EDIT = "kb_review_edit"
+ACTION_RETRAIN = "kb_retrain_ranker"  # App Home, reviewers only: vllm-doctor train --with-feedback  # a drafted case (team-learning loop): open it in the case form
 CHOICE_BLOCK = "choice"
 INPUT_ACTION = "value"  # action_id of every input element: state.values[block_id]["value"]
 CHOICE_NEW = "new"
@@ -415,8 +416,13 @@ def home_section(candidates: Sequence[Any], pending: int, limit: int = 8, lang: 
     return blocks
 
 
-def home_section_for(growth: Any, limit: int = 8, lang: Language = "en") -> list[dict[str, Any]]:
-    """home_section() from a bot.kb_growth.KBGrowth (for the App Home tab); [] without one."""
+def home_section_for(growth: Any, limit: int = 8, lang: Language = "en", user: str | None = None) -> list[dict[str, Any]]:
+    """home_section() from a bot.kb_growth.KBGrowth (for the App Home tab); [] without one. A KB reviewer also
+    gets the Retrain button (the learned ranker on the labelled logs plus the team's votes and accepted cases)."""
     if growth is None:
         return []
-    return home_section(growth.candidates.open(limit), growth.submissions.counts().get("pending", 0), limit, lang)
+    blocks = home_section(growth.candidates.open(limit), growth.submissions.counts().get("pending", 0), limit, lang)
+    if user and growth.reviewers.is_reviewer(user):
+        blocks.append({"type": "actions", "block_id": "kb_retrain", "elements": [
+            {"type": "button", "text": _plain("Retrain ranker", 75), "action_id": ACTION_RETRAIN, "value": "retrain"}]})
+    return blocks
