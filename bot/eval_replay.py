@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import pickle
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,19 +25,29 @@ from typing import Any
 
 from bot.eval_tuning import CachedMatching
 from bot.evaluate import load_labelled
+from bot.kb_growth.clusters import (
+    DEFAULT_SIMILARITY,
+    MIN_DRAFT_LITERAL,
+    MIN_PASTES,
+    ClusterDraft,
+    Clusters,
+    Embed,
+    Unknown,
+    cluster_root,
+    draft_of,
+    literal_chars,
+    shape_of,
+)
 from bot.kb_growth.lint import cleaned_lines, healthy_logs, signature_fires
-from bot.kb_growth.suggest import _probe_case, generalise, suggest_title
-from bot.match import Matcher, MatchParams, SignatureScanner
+from bot.kb_growth.suggest import _probe_case
+from bot.match import Matcher, MatchParams, SearchHit, SearchIndex, SignatureScanner
 from bot.models import Distilled
 from bot.pipeline import Pipeline
+from bot.root import read_root
+from kb.loader import KnowledgeBase
 from kb.schema import Case
 
-MIN_PASTES = 2
-# A drafted signature keeps at least this much literal text besides the exception class and errno: "IndexError:
-# list index out of range" or "[Errno 2] No such file or directory" name no failure of their own.
-MIN_DRAFT_LITERAL = 30
-_CLASS_PREFIX = re.compile(r"^(?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception)\s*:\s*|\\\[Errno [^\]]*\\\]\s*")
-_REGEX_PART = re.compile(r"\\S\+|\\d\+|\[\^?[^\]]*\]\*?\+?|\([^)]*\)[*+?]?|\s\+| \+|\\.")
+__all__ = ["MIN_DRAFT_LITERAL", "MIN_PASTES", "Draft", "ReplayResult", "replay", "run_replay"]
 
 
 @dataclass
@@ -49,6 +58,10 @@ class Draft:
 
     def probe(self) -> Case:
         return _probe_case(self.pattern)
+
+    @classmethod
+    def of(cls, drafted: ClusterDraft) -> Draft:
+        return cls(drafted.signature, drafted.title, [int(u.key) for u in drafted.members])
 
 
 @dataclass
@@ -77,46 +90,60 @@ class ReplayResult:
         }
 
 
+class _Without:
+    """The search index with some cases' hits left out (leave-cases-out: the KB as if they were never written)."""
+
+    def __init__(self, index: SearchIndex, held: frozenset[str]):
+        self._index = index
+        self._held = held
+
+    def search(self, query: str, k: int = 10) -> Sequence[SearchHit]:
+        return [h for h in self._index.search(query, k + len(self._held)) if h.case_id not in self._held][:k]
+
+
+def without_cases(kb: KnowledgeBase, held: frozenset[str]) -> KnowledgeBase:
+    return KnowledgeBase(tuple(c for c in kb.cases if c.id not in held), f"{kb.content_hash}-without-{len(held)}",
+                         {k: v for k, v in kb.case_hashes.items() if k not in held}, kb.errors)
+
+
 def _root_line(distilled: Distilled, scanner: SignatureScanner) -> str | None:
-    """The paste's root line: the first exception / error line that is not a traceback header, a frame, or a
-    line a KB signature already explains (a symptom's "engine is dead" is no new failure)."""
-    for r in distilled.root_errors:
-        if r.kind == "frame" or "Traceback (most recent call last)" in r.text or not r.text.strip():
-            continue
-        if scanner.scan([r]):
-            continue
-        return r.text.strip()
-    return None
+    """The paste's root line as the loop clusters it (bot/kb_growth/clusters.cluster_root, no root.py line)."""
+    return cluster_root(distilled, scanner)
 
 
 def _literal(pattern: str) -> int:
-    """Characters of literal text a drafted signature keeps beyond the exception class and errno."""
-    body = _CLASS_PREFIX.sub("", pattern)
-    return len(_REGEX_PART.sub("", body).strip())
+    return literal_chars(pattern)
 
 
 def replay(doctor: Pipeline, rows: Sequence[dict[str, Any]], min_pastes: int = MIN_PASTES,
-           healthy_dir: Path | None = None, matching: CachedMatching | None = None) -> ReplayResult:
+           healthy_dir: Path | None = None, matching: CachedMatching | None = None,
+           embed: Embed | None = None, similarity: float = DEFAULT_SIMILARITY,
+           hold_out: frozenset[str] = frozenset()) -> ReplayResult:
+    """Stream `rows` through the loop (bot/kb_growth/clusters.py, as the product does) with a reviewer who
+    accepts every draft. `embed`: root-line embeddings for merging near shapes (None: shapes only). `hold_out`:
+    case ids removed from the KB for the replay (their logs are then failures the KB does not know)."""
     matching = matching or CachedMatching(doctor.kb, doctor.index, doctor.distil)
-    matcher = Matcher(doctor.kb, matching.index, params=MatchParams(), ranker=doctor.matcher.ranker)
+    kb = without_cases(doctor.kb, hold_out) if hold_out else doctor.kb
+    index: SearchIndex = _Without(matching.index, hold_out) if hold_out else matching.index
+    matcher = Matcher(kb, index, params=MatchParams(), ranker=None if hold_out else doctor.matcher.ranker)
     healthy = healthy_logs(healthy_dir)
-    scanner = SignatureScanner(doctor.kb.cases)
-    examples = [cleaned_lines(ex.log) for c in doctor.kb.cases for ex in c.examples]
+    scanner = SignatureScanner(kb.cases)
+    examples = [cleaned_lines(ex.log) for c in kb.cases for ex in c.examples]
     labels = [str(r.get("expected") or r.get("label") or r.get("id") or f"row-{n}") for n, r in enumerate(rows, 1)]
     threads = [str(r.get("source") or r.get("id") or n) for n, r in enumerate(rows)]
+    clusters = Clusters(embed, similarity)
     drafts: list[Draft] = []
-    clusters: dict[str, list[int]] = {}
-    shapes: dict[int, str] = {}
     before = after = 0
     for i, row in enumerate(rows):
         prepared = matching.distilled(str(row["log"]))
         right_before = False
+        confident = False
+        matches: Sequence[Any] = ()
+        verdict = "unknown"
         if prepared is not None:
             verdict, matches = matcher.match(prepared[0], "hybrid", prepared[1])
             right_before = verdict == "match" and bool(matches) and matches[0].case_id == row.get("expected")
             confident = verdict == "match"
-        else:
-            confident = False
         before += int(right_before)
         if prepared is None:
             continue
@@ -128,24 +155,17 @@ def replay(doctor: Pipeline, rows: Sequence[dict[str, Any]], min_pastes: int = M
         after += int(right_before)
         if confident:
             continue
-        root = _root_line(prepared[0], scanner)
-        shape = generalise(root) if root else None
-        if shape is None or _literal(shape) < MIN_DRAFT_LITERAL:
+        reading = read_root(prepared[0], prepared[1], verdict, matches)  # type: ignore[arg-type]
+        root = cluster_root(prepared[0], scanner, reading.root.text if reading.root else None)
+        shape = shape_of(root)
+        if root is None or shape is None:
             continue
-        shapes[i] = shape
-        members = clusters.setdefault(shape, [])
-        members.append(i)
-        if len({threads[j] for j in members}) < min_pastes:
-            continue
-        probe = _probe_case(shape)
-        member_lines = [(matching.distilled(str(rows[j]["log"])) or prepared)[0].cleaned for j in members]
-        if not all(signature_fires(probe, ml) for ml in member_lines):
-            continue
-        if any(signature_fires(probe, h) for _, h in healthy) or any(signature_fires(probe, ex) for ex in examples):
-            clusters[shape] = []  # a shape that fires on healthy start-ups or known cases never becomes a draft
-            continue
-        drafts.append(Draft(shape, suggest_title(prepared[0]), list(members)))
-        del clusters[shape]
+        component = reading.root.component if reading.root else "other"
+        cluster = clusters.add(Unknown(i, root, shape, threads[i], tuple(lines), threads[i], component))
+        drafted = draft_of(cluster, min_pastes=min_pastes, healthy=healthy, examples=examples)
+        if drafted is not None:
+            drafts.append(Draft.of(drafted))
+            clusters.remove(cluster)
     fires: dict[int, list[int]] = {}
     false = 0
     for d_i, d in enumerate(drafts):
@@ -159,8 +179,10 @@ def replay(doctor: Pipeline, rows: Sequence[dict[str, Any]], min_pastes: int = M
     return ReplayResult(drafts, labels, before, after, false, fires)
 
 
-def run_replay(path: Path, doctor: Pipeline, as_json: bool) -> int:
+def run_replay(path: Path, doctor: Pipeline, as_json: bool, hold_out_cases: bool = False) -> int:
+    """`hold_out_cases`: leave-cases-out, every case some row expects is removed from the KB for the replay."""
     rows = load_labelled(path)
+    held = frozenset(str(r["expected"]) for r in rows if r.get("expected")) if hold_out_cases else frozenset()
     matching = CachedMatching(doctor.kb, doctor.index, doctor.distil)
     cache = Path(".cache/ranker-matching.pkl")  # vllm-doctor train's distillations and searches, when present
     if cache.is_file():
@@ -168,10 +190,16 @@ def run_replay(path: Path, doctor: Pipeline, as_json: bool) -> int:
             matching.restore(pickle.loads(cache.read_bytes()))
         except (OSError, pickle.UnpicklingError, EOFError, AttributeError, TypeError, ValueError):
             pass
-    result = replay(doctor, rows, matching=matching)
+    settings = doctor.settings
+    result = replay(doctor, rows, matching=matching, min_pastes=int(settings.kb_draft_min_pastes),
+                    embed=doctor.index.encoder().encode, similarity=float(settings.kb_draft_similarity),
+                    healthy_dir=settings.kb_healthy_logs_dir, hold_out=held)
     if not as_json:
         for d in result.drafts:
             print(f"draft ({len(d.logs)} pastes): {d.title}\n  signature: {d.pattern}\n  logs: "
                   + ", ".join(str(rows[i].get("id") or i) for i in d.logs))
-    print(json.dumps(result.as_dict()))
+    figures = result.as_dict()
+    if held:
+        figures["held_out_cases"] = len(held)
+    print(json.dumps(figures))
     return 0

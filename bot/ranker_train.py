@@ -278,11 +278,53 @@ def _save_cache(matching: CachedMatching, cache: Path | None) -> None:
         print(f"cannot write cache {cache}: {exc.strerror or exc}", file=sys.stderr)
 
 
+def feedback_rows(doctor: Pipeline) -> list[dict[str, Any]]:
+    """The team's votes and accepted cases as labelled rows (bot/kb_growth/training.py); each row left out is
+    one line on stderr naming it."""
+    from bot.kb_growth.db import Database
+    from bot.kb_growth.training import training_rows
+
+    settings = doctor.settings
+    db = Database(settings.store_target(settings.kb_db_path))
+    examples = {c.id: [(ex.source, ex.log) for ex in c.examples] for c in doctor.kb.cases}
+    found = training_rows(db, set(doctor.kb.by_id()), examples)
+    for line in found.problems:
+        print(f"feedback: {line}", file=sys.stderr)
+    print(f"feedback: {len(found.rows)} rows from votes and accepted cases", file=sys.stderr)
+    return found.rows
+
+
+DEFAULT_LABELLED = Path(__file__).resolve().parent.parent / "tests" / "eval" / "dev.jsonl"
+
+
+def retrain(doctor: Any, labelled: Path | None = None, out: Path | None = None) -> str:
+    """`vllm-doctor train --with-feedback` from Slack (a reviewer's Retrain button): the labelled file when this
+    checkout has it, plus the team's votes and accepted cases; the artifact goes to the ranker path. Returns the
+    one-line summary; UserInputError when there is nothing to train on."""
+    path = labelled or DEFAULT_LABELLED
+    rows = load_labelled(path) if path.is_file() else []
+    rows += feedback_rows(doctor)
+    items = validate(rows, doctor.kb, path)
+    matching = CachedMatching(doctor.kb, doctor.index, doctor.distil)
+    artifact = fit(collect(matching, doctor.kb, items), items, doctor.kb)
+    target = out or doctor.settings.ranker_path or DEFAULT_ARTIFACT
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(json.dumps(artifact, separators=(",", ":")) + "\n", encoding="utf-8")
+    except OSError as exc:
+        raise UserInputError(f"cannot write {target}: {exc.strerror or exc}") from None
+    return (f"ranker trained on {artifact['trained_on']['logs']} logs ({len(rows)} rows with the team's feedback), "
+            f"match at p >= {artifact['p_match']:.3f}: {target.name}")
+
+
 def run_train(args: argparse.Namespace, doctor: Pipeline) -> int:
     path = Path(args.labelled)
     if not path.is_file():
         raise UserInputError(f"no such file: {path}")
-    items = validate(load_labelled(path), doctor.kb, path)
+    labelled = load_labelled(path)
+    if getattr(args, "with_feedback", False):
+        labelled += feedback_rows(doctor)
+    items = validate(labelled, doctor.kb, path)
     cache = Path(args.cache) if args.cache else None
     matching = _cached_matching(doctor, cache)
     rows = collect(matching, doctor.kb, items)

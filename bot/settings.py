@@ -369,6 +369,21 @@ class KBGrowthSettings(BaseModel):
         description="Healthy start-up logs (*.log) that no new signature may match; default: tests/eval/healthy "
         "of the checkout.",
     )
+    kb_draft_min_pastes: int = Field(
+        2,
+        ge=1,
+        le=100,
+        description="Unknown pastes of one failure (same root-line shape), from this many different threads, "
+        "make a drafted case for the reviewers (`vllm-doctor kb suggest`, the review channel).",
+    )
+    kb_draft_similarity: float = Field(
+        0.6,
+        ge=0.0,
+        le=1.0,
+        description="Two unknown root lines whose shapes differ slightly join one cluster at this MiniLM cosine "
+        "similarity or more (1.0: the same shape only; 0.6 chosen on the uncovered logs of tests/eval/dev.jsonl, "
+        "docs/eval-history.md).",
+    )
 
     @field_validator("kb_reviewers", mode="before")
     @classmethod

@@ -71,3 +71,24 @@ def test_a_generic_exception_line_is_never_a_draft(doctor) -> None:
     log = 'Traceback (most recent call last):\n  File "x.py", line 1, in <module>\nIndexError: list index out of range\n'
     rows = [{"id": f"g{i}", "log": log, "expected": None, "source": f"https://x/{i}"} for i in range(3)]
     assert replay(doctor, rows).drafts == []
+
+
+def test_hold_out_cases_replays_a_covered_failure_as_one_the_kb_does_not_know(doctor) -> None:
+    """Leave-cases-out: with its case removed from the KB, a covered log pasted in two threads is drafted and
+    the third paste is answered by the draft; with the case in the KB it is answered and nothing is drafted."""
+    from bot.eval_replay import without_cases
+    from bot.kb_growth.clusters import cluster_root, shape_of
+
+    for row in load_labelled(DEV):
+        case = row["expected"]
+        if not case:
+            continue
+        scanner = SignatureScanner(without_cases(doctor.kb, frozenset({case})).cases)
+        if shape_of(cluster_root(doctor.distil(row["log"])[0], scanner)):
+            break
+    rows = [{**row, "id": f"h{i}", "source": f"https://github.com/o/r/issues/{i}"} for i in range(3)]
+    held = replay(doctor, rows, hold_out=frozenset({case}))
+    assert len(held.drafts) == 1 and held.drafts[0].logs == [0, 1] and held.false_drafts == 0
+    assert held.answered_before == 0 and held.answered_after == 1
+    kept = replay(doctor, rows)
+    assert kept.drafts == [] and kept.answered_before == 3 and kept.answered_after == 3

@@ -6,6 +6,7 @@
     kb search TEXT… | -             the live engine's ranking (signatures + BM25 + MiniLM) with outcomes
     kb stats [--json]               cases per area, feedback outcomes, candidates for new cases, pending reviews
     kb review [--approve ID | --reject ID]   cases proposed in Slack (shell access = KB maintainer)
+    kb suggest [--json] [--all]     cases drafted from unknown pastes of one failure in several threads
 
 A case added here is written atomically under the KB write lock, indexed incrementally and picked up by a
 running bot on its next request (it watches the case files). Exit status: 0 done, 1 refused (invalid,
@@ -47,6 +48,10 @@ def configure_kb_parsers(kb_sub: Any) -> None:
     p.add_argument("--json", action="store_true")
     p.add_argument("--top", type=int, default=10, help="rows per list (default 10)")
 
+    p = kb_sub.add_parser("suggest", help="cases drafted from unknown pastes of one failure in several threads")
+    p.add_argument("--json", action="store_true", help="one JSON object: {\"drafts\": [...]}")
+    p.add_argument("--all", action="store_true", help="also the drafts already sent to the reviewers")
+
     p = kb_sub.add_parser("review", help="list cases proposed in Slack; approve or reject one")
     group = p.add_mutually_exclusive_group()
     group.add_argument("--approve", metavar="ID")
@@ -57,7 +62,8 @@ def configure_kb_parsers(kb_sub: Any) -> None:
 def run_kb_command(args: argparse.Namespace, settings: Any, *, stdin: TextIO | None = None,
                    stdout: TextIO | None = None) -> int:
     out = stdout or sys.stdout
-    handlers: dict[str, Callable[..., int]] = {"add": _add, "search": _search, "stats": _stats, "review": _review}
+    handlers: dict[str, Callable[..., int]] = {"add": _add, "search": _search, "stats": _stats, "review": _review,
+                                              "suggest": _suggest}
     handler = handlers.get(args.kb_cmd)
     if handler is None:
         raise UserInputError(f"unknown kb command {args.kb_cmd!r}")
@@ -295,6 +301,36 @@ def _stats(args: argparse.Namespace, settings: Any, stdin: TextIO, out: TextIO) 
     subs = stats["submissions"]
     if subs:
         _print(out, "submissions: " + ", ".join(f"{n} {status}" for status, n in sorted(subs.items())))
+    return 0
+
+
+# -- suggest -------------------------------------------------------------------------------------------------
+def _suggest(args: argparse.Namespace, settings: Any, stdin: TextIO, out: TextIO) -> int:
+    from bot.root import triage
+
+    growth = _growth(settings)
+    posted = growth.posted_signatures()
+    drafts = growth.cluster_drafts(include_posted=args.all)
+    rows = []
+    for d in drafts:
+        row = d.as_dict()
+        row["submission"] = posted.get(d.signature)
+        row["triage"] = [st.text for st in triage(d.component).steps]
+        rows.append(row)
+    if args.json:
+        print(json.dumps({"drafts": rows}, ensure_ascii=False, indent=1), file=out)
+        return 0
+    if not rows:
+        _print(out, "no drafted case: no unknown failure was pasted in enough different threads yet "
+                    f"(VLLM_DOCTOR_KB_DRAFT_MIN_PASTES={settings.kb_draft_min_pastes})")
+        return 0
+    for n, row in enumerate(rows, 1):
+        _print(out, f"{n}. {row['title']}  [{row['component']}; {row['pastes']} pastes, {row['threads']} threads]"
+                    + (f"  (review {row['submission']})" if row["submission"] else ""),
+               f"   signature: {row['signature']}",
+               *(f"   thread: {link}" for link in row["links"][:5]),
+               *(f"   example: {root[:160]}" for root in row["roots"][:3]),
+               *(f"   triage: {step}" for step in row["triage"][:3]))
     return 0
 
 

@@ -444,7 +444,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         path = Path(args.labelled)
         if not path.is_file():
             raise UserInputError(f"no such file: {path}")
-        return run_replay(path, _pipeline(), args.json)
+        return run_replay(path, _pipeline(), args.json, hold_out_cases=args.hold_out_cases)
 
     return run_eval(args, _pipeline())
 
@@ -518,6 +518,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "(default: startup_warnings.txt next to the labelled file)")
     p.add_argument("--replay", action="store_true", help="replay the logs in order through the team-learning loop "
                    "(unknowns clustered, cases drafted and accepted); last line: JSON figures")
+    p.add_argument("--hold-out-cases", action="store_true", help="with --replay: remove every case the file expects "
+                   "from the KB first (leave-cases-out), so covered logs are replayed as failures the KB does not know")
     p.set_defaults(func=cmd_eval)
 
     p = sub.add_parser("train", help="train the learned ranker on labelled logs (kb/ranker/ranker.json)")
@@ -529,6 +531,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kfold", action="store_true", help="print the held-back ablation table instead of training")
     p.add_argument("--folds", type=int, default=5)
     p.add_argument("--blind", help="with --kfold: also score this blind file once, trained on all labelled logs")
+    p.add_argument("--with-feedback", action="store_true",
+                   help="also train on the team's 'Fixed it' / 'Didn't help' votes and accepted cases (the KB store)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_train)
 

@@ -9,9 +9,11 @@ case is added whose signatures match a candidate, the candidate is marked resolv
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Literal
 
 from bot.distill import distill
@@ -41,6 +43,10 @@ class Candidate:
     first_seen: float
     last_seen: float
     resolved_by: str | None
+    root_text: str | None = None  # the root line (bot/root.py), redacted
+    component: str | None = None
+    versions: dict[str, str] = field(default_factory=dict)
+    threads: tuple[tuple[str, str | None], ...] = ()  # (thread, permalink) it was pasted in, first first
 
 
 _NUMBERED = re.compile(r"^ *\d+  ")
@@ -79,28 +85,70 @@ class CandidateStore:
         user_id: str | None = None,
         answer_id: str | None = None,
         now: float | None = None,
+        root_text: str | None = None,
+        component: str | None = None,
+        thread: str | None = None,
+        permalink: str | None = None,
+        versions: Mapping[str, str] | None = None,
     ) -> Candidate | None:
-        """Record (or count again) a log; returns None for a text with nothing in it."""
+        """Record (or count again) a log; returns None for a text with nothing in it. `thread` (channel and
+        thread ts) and `permalink` say where it was pasted: the team-learning loop counts threads."""
         safe = redacted(_without_line_numbers(text)).text.strip()
         if not safe:
             return None
         fingerprint, summary = _fingerprint(safe)
         summary = summary[:MAX_SUMMARY]  # from the redacted text
         safe = safe[-MAX_TEXT:]  # log tails carry the error
+        root = redacted(root_text).text.strip()[:MAX_SUMMARY] if root_text and root_text.strip() else None
+        link = redacted(permalink).text.strip()[:500] if permalink else None
+        shown = json.dumps({str(k)[:40]: str(v)[:40] for k, v in (versions or {}).items()}, sort_keys=True)
         now = time.time() if now is None else now
         with self.db.write() as conn:
             conn.execute(
                 """INSERT INTO candidates (fingerprint, reason, summary, text, case_id, channel, user_id, answer_id,
-                                           seen, first_seen, last_seen)
-                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?)
+                                           seen, first_seen, last_seen, root_text, component, versions)
+                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?)
                    ON CONFLICT (fingerprint) DO UPDATE SET
                        seen = candidates.seen + 1, last_seen = excluded.last_seen, reason = excluded.reason,
                        case_id = COALESCE(excluded.case_id, candidates.case_id), channel = excluded.channel,
-                       user_id = excluded.user_id, answer_id = excluded.answer_id, text = excluded.text""",
-                (fingerprint, reason, summary, safe, case_id, channel, user_id, answer_id, now, now),
+                       user_id = excluded.user_id, answer_id = excluded.answer_id, text = excluded.text,
+                       root_text = COALESCE(excluded.root_text, candidates.root_text),
+                       component = COALESCE(excluded.component, candidates.component),
+                       versions = excluded.versions""",
+                (fingerprint, reason, summary, safe, case_id, channel, user_id, answer_id, now, now, root, component,
+                 shown),
             )
             row = conn.execute("SELECT * FROM candidates WHERE fingerprint = ?", (fingerprint,)).fetchone()
-        return _candidate(row)
+            where = thread or (f"{channel}/{answer_id}" if channel or answer_id else f"candidate/{row['id']}")
+            conn.execute(
+                """INSERT INTO candidate_threads (candidate_id, thread, channel, permalink, seen_at)
+                   VALUES (?, ?, ?, ?, ?) ON CONFLICT (candidate_id, thread) DO NOTHING""",
+                (row["id"], where[:200], channel, link, now),
+            )
+            threads = self._threads(conn, [row["id"]])
+        return _candidate(row, threads.get(row["id"], ()))
+
+    @staticmethod
+    def _threads(conn: object, ids: list[int]) -> dict[int, tuple[tuple[str, str | None], ...]]:
+        if not ids:
+            return {}
+        marks = ", ".join("?" for _ in ids)
+        rows = conn.execute(  # type: ignore[attr-defined]
+            f"SELECT candidate_id, thread, permalink FROM candidate_threads WHERE candidate_id IN ({marks}) "
+            "ORDER BY seen_at, thread", tuple(ids)).fetchall()
+        out: dict[int, list[tuple[str, str | None]]] = {}
+        for r in rows:
+            out.setdefault(int(r["candidate_id"]), []).append((r["thread"], r["permalink"]))
+        return {k: tuple(v) for k, v in out.items()}
+
+    def unknowns(self, limit: int = 2000) -> list[Candidate]:
+        """Open candidates the KB could not answer, oldest first, with their threads (the loop's input)."""
+        with self.db.read() as conn:
+            rows = conn.execute(
+                "SELECT * FROM candidates WHERE resolved_by IS NULL AND reason = 'unknown' "
+                "ORDER BY first_seen, id LIMIT ?", (limit,)).fetchall()
+            threads = self._threads(conn, [int(r["id"]) for r in rows])
+        return [_candidate(r, threads.get(int(r["id"]), ())) for r in rows]
 
     def open(self, limit: int = 20) -> list[Candidate]:
         """Unresolved candidates, most often seen and most recent first."""
@@ -140,9 +188,14 @@ class CandidateStore:
         return len(hit_ids)
 
 
-def _candidate(row: object) -> Candidate:
+def _candidate(row: object, threads: tuple[tuple[str, str | None], ...] = ()) -> Candidate:
     r = dict(row)  # type: ignore[call-overload]
+    try:
+        versions = json.loads(r.get("versions") or "{}")
+    except ValueError:
+        versions = {}
     return Candidate(
         r["id"], r["reason"], r["summary"], r["text"], r["case_id"], r["channel"], r["user_id"], r["answer_id"],
-        r["seen"], r["first_seen"], r["last_seen"], r["resolved_by"],
+        r["seen"], r["first_seen"], r["last_seen"], r["resolved_by"], r.get("root_text"), r.get("component"),
+        versions if isinstance(versions, dict) else {}, threads,
     )

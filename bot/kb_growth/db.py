@@ -83,6 +83,25 @@ CREATE TABLE IF NOT EXISTS kb_changes (
     created REAL NOT NULL
 )
 """),
+    Migration(3, "candidates keep their root line, component, versions and threads; votes keep the evidence", """
+ALTER TABLE candidates ADD COLUMN root_text TEXT;
+ALTER TABLE candidates ADD COLUMN component TEXT;
+ALTER TABLE candidates ADD COLUMN versions TEXT NOT NULL DEFAULT '{}';
+ALTER TABLE votes ADD COLUMN evidence TEXT;
+CREATE TABLE IF NOT EXISTS candidate_threads (
+    candidate_id INTEGER NOT NULL,
+    thread       TEXT NOT NULL,      -- channel/thread ts: pastes from one thread count once
+    channel      TEXT,
+    permalink    TEXT,
+    seen_at      REAL NOT NULL,
+    PRIMARY KEY (candidate_id, thread)
+);
+CREATE TABLE IF NOT EXISTS cluster_drafts (
+    signature     TEXT PRIMARY KEY,  -- a drafted case is posted to reviewers once
+    submission_id TEXT NOT NULL,
+    created_at    REAL NOT NULL
+)
+"""),
 ]
 
 

@@ -23,6 +23,7 @@ from typing import Literal
 
 from bot.kb_growth.db import Database
 from bot.match import MAX_PRIOR
+from bot.paste import redacted
 from bot.storage import StorageError
 
 log = logging.getLogger(__name__)
@@ -60,6 +61,13 @@ class VoteResult:
     outcome: Outcome | None  # the case's outcome after the vote (None: the answer named no case)
 
 
+def _kept(evidence: str) -> str | None:
+    from bot.kb_growth.candidates import _without_line_numbers  # answers number their evidence lines
+
+    text = redacted(_without_line_numbers(evidence)).text.strip() if evidence and evidence.strip() else ""
+    return text[-8000:] or None
+
+
 def prior_from_counts(solved: int, total: int) -> float:
     if total <= 0:
         return 0.0
@@ -86,7 +94,10 @@ class FeedbackStore:
         verdict: str,
         channel: str,
         now: float | None = None,
+        evidence: str = "",
     ) -> VoteResult:
+        """One vote per (answer, user); `evidence`: the answer's evidence lines, kept redacted as the log of the
+        ranker's training row (bot/kb_growth/training.py)."""
         if value not in VOTES:
             raise ValueError(f"vote must be one of {VOTES}, not {value!r}")
         if not answer_id or not user_id:
@@ -97,10 +108,12 @@ class FeedbackStore:
                 "SELECT value FROM votes WHERE answer_id = ? AND user_id = ?", (answer_id, user_id)
             ).fetchone()
             conn.execute(
-                """INSERT INTO votes (answer_id, user_id, case_id, verdict, channel, value, created_at, updated_at)
-                   VALUES (?, ?, ?, ?, ?, ?, ?, ?)
-                   ON CONFLICT (answer_id, user_id) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at""",
-                (answer_id, user_id, case_id, verdict, channel, value, now, now),
+                """INSERT INTO votes (answer_id, user_id, case_id, verdict, channel, value, created_at, updated_at,
+                                      evidence)
+                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+                   ON CONFLICT (answer_id, user_id) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at,
+                       evidence = COALESCE(excluded.evidence, votes.evidence)""",
+                (answer_id, user_id, case_id, verdict, channel, value, now, now, _kept(evidence)),
             )
         self.invalidate()
         return VoteResult(row["value"] if row else None, self.outcome(case_id) if case_id else None)

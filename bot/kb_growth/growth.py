@@ -16,9 +16,11 @@ and re-embeds just the new case (indexer/index.py), so nothing is lost.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,23 +30,26 @@ from bot.distill import distill
 from bot.errors import InvalidCase, PermissionDenied, ReviewConflict, UserInputError
 from bot.kb_growth.candidates import CandidateStore
 from bot.kb_growth.caseyaml import normalised
+from bot.kb_growth.clusters import ClusterDraft, Clusters, Unknown, cluster_root, draft_of, shape_of
 from bot.kb_growth.db import Database
 from bot.kb_growth.duplicates import Similar, likely_duplicates, nearest_cases
 from bot.kb_growth.feedback import FeedbackStore, Vote, VoteResult
-from bot.kb_growth.form import EXAMPLE_SEPARATOR, CaseForm, form_to_case
+from bot.kb_growth.form import EXAMPLE_SEPARATOR, CaseForm, case_to_form, form_to_case
 from bot.kb_growth.gitcommit import CommitResult, author_string, commit_file
-from bot.kb_growth.lint import LintReport, healthy_logs, lint_case, signature_fires
+from bot.kb_growth.lint import LintReport, cleaned_lines, healthy_logs, lint_case, signature_fires
 from bot.kb_growth.regex_safety import unsafe_signature
 from bot.kb_growth.submissions import Submission, SubmissionStore
 from bot.kb_growth.suggest import (
     SignatureSuggestion,
     example_text,
     suggest_area,
+    suggest_id,
     suggest_signatures,
     suggest_title,
 )
 from bot.kb_growth.sync import publish
 from bot.kb_growth.writer import CaseWriter, Written
+from bot.match import SignatureScanner
 from bot.paste import Paste, redacted
 from bot.storage import StorageError
 from kb.loader import DEFAULT_CASES_DIR, load_case_file
@@ -53,7 +58,14 @@ from kb.schema import AREAS, Case, Example
 log = logging.getLogger(__name__)
 
 MAX_SOURCE_TEXT = 64 * 1024
+LOOP_AUTHOR = "vllm-doctor"  # author of the cases the team-learning loop drafts
 GROUP_CACHE_S = 60.0
+
+
+@functools.lru_cache(maxsize=4096)
+def _distilled(text: str) -> Any:
+    """A stored candidate's distillation (the loop re-reads every open candidate after each unknown answer)."""
+    return distill(text)
 
 
 class ReviewerPolicy:
@@ -158,6 +170,7 @@ class KBGrowth:
         self.reviewers = ReviewerPolicy(settings.kb_reviewers, settings.kb_reviewer_group, group_members)
         self.duplicate_threshold = float(settings.kb_duplicate_threshold)
         self._healthy_dir = Path(settings.kb_healthy_logs_dir) if settings.kb_healthy_logs_dir else None
+        self._root_vectors: dict[str, Any] = {}  # unknown root lines embedded once per process (clusters.py)
         recovered = self.submissions.recover()
         if recovered:
             log.warning("%d interrupted KB approval(s) put back to pending", recovered)
@@ -297,6 +310,7 @@ class KBGrowth:
         """as_maintainer: the caller has shell access to the KB (CLI), so the reviewer list does not apply."""
         if not as_maintainer and not self.reviewers.is_reviewer(reviewer_id):
             raise PermissionDenied("Only KB reviewers can approve cases.")
+        self.refuse_healthy_hits(self.submissions.get_or_raise(sub_id))
         sub = self.submissions.claim(sub_id, reviewer_id)
         try:
             applied = self._apply(sub, reviewer_name or reviewer_id)
@@ -430,7 +444,8 @@ class KBGrowth:
         evidence: str = "",
     ) -> VoteResult:
         result = self.feedback.vote(
-            answer_id=answer_id, user_id=user_id, value=value, case_id=case_id, verdict=verdict, channel=channel
+            answer_id=answer_id, user_id=user_id, value=value, case_id=case_id, verdict=verdict, channel=channel,
+            evidence=evidence,
         )
         if value == "not_helpful" and evidence.strip():
             self.candidates.add(
@@ -439,11 +454,144 @@ class KBGrowth:
         return result
 
     def note_answer(
-        self, *, answer_id: str, verdict: str, evidence: str, channel: str | None = None, user_id: str | None = None
+        self, *, answer_id: str, verdict: str, evidence: str, channel: str | None = None, user_id: str | None = None,
+        root_text: str | None = None, component: str | None = None, thread: str | None = None,
+        permalink: str | None = None, versions: dict[str, str] | None = None,
     ) -> None:
-        """Call after every answer: logs the KB could not explain become candidates for new cases."""
-        if verdict == "unknown" and evidence.strip():
-            self.candidates.add(evidence, "unknown", channel=channel, user_id=user_id, answer_id=answer_id)
+        """Call after every answer: logs the KB could not explain become candidates for new cases, with their
+        root line, component, thread and versions (the team-learning loop clusters them). "unknown" here means
+        no confident answer: an `uncertain` verdict is kept too."""
+        if verdict != "match" and evidence.strip():
+            self.candidates.add(evidence, "unknown", channel=channel, user_id=user_id, answer_id=answer_id,
+                                root_text=root_text, component=component, thread=thread, permalink=permalink,
+                                versions=versions)
+
+    # -- the team-learning loop: unknowns clustered into drafted cases (bot/kb_growth/clusters.py) ----------
+    def _embed(self) -> Any:
+        index = getattr(self.pipeline, "index", None)
+        encoder = getattr(index, "encoder", None)
+        return encoder().encode if callable(encoder) else None
+
+    def cluster_drafts(self, *, include_posted: bool = False) -> list[ClusterDraft]:
+        """Drafted cases from the open unknown candidates, oldest first; ones already posted to reviewers are
+        left out unless include_posted."""
+        scanner = SignatureScanner(self.pipeline.kb.cases)
+        examples = [cleaned_lines(ex.log) for c in self.pipeline.kb.cases for ex in c.examples]
+        clusters = Clusters(self._embed(), float(getattr(self.settings, "kb_draft_similarity", 0.6)), self._root_vectors)
+        min_pastes = int(getattr(self.settings, "kb_draft_min_pastes", 2))
+        drafts: list[ClusterDraft] = []
+        posted = self.posted_signatures()
+        for cand in self.candidates.unknowns():
+            distilled = _distilled(cand.text)
+            root = cluster_root(distilled, scanner, cand.root_text)
+            shape = shape_of(root)
+            if root is None or shape is None:
+                continue
+            lines = tuple(distilled.cleaned or distilled.evidence)
+            for thread, link in cand.threads or ((f"candidate/{cand.id}", None),):
+                unknown = Unknown(cand.id, root, shape, thread, lines, link, cand.component or "other",
+                                  tuple(sorted(cand.versions.items())))
+                cluster = clusters.add(unknown)
+                drafted = draft_of(cluster, min_pastes=min_pastes, healthy=self.healthy, examples=examples)
+                if drafted is not None:
+                    if include_posted or drafted.signature not in posted:
+                        drafts.append(drafted)
+                    clusters.remove(cluster)
+        return drafts
+
+    def posted_signatures(self) -> dict[str, str]:
+        with self.db.read() as conn:
+            rows = conn.execute("SELECT signature, submission_id FROM cluster_drafts").fetchall()
+        return {r["signature"]: r["submission_id"] for r in rows}
+
+    def draft_case(self, drafted: ClusterDraft) -> Case:
+        """The drafted case as reviewers see it: title, signature, the pastes as examples, the component's triage
+        steps as the fix (the reviewer edits cause and fix before or after accepting)."""
+        from bot.root import triage
+
+        first = self.candidates_text(drafted)
+        steps = triage(drafted.component).steps  # type: ignore[arg-type]
+        fix = [{"text": st.text, "text_zh": st.text_zh, "command": st.command} for st in steps]
+        examples = []
+        for u, text in zip(drafted.members, first, strict=True):
+            link = u.permalink if u.permalink and u.permalink.startswith("https://") else "https://slack.com/"
+            examples.append({"source": link, "log": example_text(text) or text[:2800]})
+        title = drafted.title if len(drafted.title) >= 5 else f"Unknown failure: {drafted.title}"
+        return Case.model_validate({
+            "id": suggest_id(title), "title": title[:140], "title_zh": f"待审草稿：{title}"[:80],
+            "area": suggest_area(distill(first[0])), "severity": "high", "signatures": [drafted.signature],
+            "cause": (f"Drafted by the team-learning loop from {drafted.pastes} unknown pastes in {drafted.threads} "
+                      f"threads sharing the root line; component {drafted.component}. Reviewer: state the cause."),
+            "fix": fix, "examples": examples,
+            "references": list(dict.fromkeys(ex["source"] for ex in examples)),
+        })
+
+    def candidates_text(self, drafted: ClusterDraft) -> list[str]:
+        by_id = {c.id: c.text for c in self.candidates.unknowns()}
+        return [by_id.get(int(u.key), u.root) for u in drafted.members]
+
+    def propose_drafts(self) -> list[Submission]:
+        """Each new drafted case becomes a pending submission (the review flow: accept, edit, dismiss); posted
+        once per signature."""
+        out = []
+        for drafted in self.cluster_drafts():
+            try:
+                case = self.draft_case(drafted)
+            except Exception as exc:  # noqa: BLE001 - one bad draft must not stop the others
+                log.warning("drafted case %r could not be built: %s", drafted.title, exc)
+                continue
+            claim = f"claim-{uuid.uuid4().hex}"  # two workers (or replicas) drafting at once: one posts it
+            with self.db.write() as conn:
+                conn.execute("INSERT INTO cluster_drafts (signature, submission_id, created_at) VALUES (?, ?, ?) "
+                             "ON CONFLICT (signature) DO NOTHING", (drafted.signature, claim, time.time()))
+                row = conn.execute("SELECT submission_id FROM cluster_drafts WHERE signature = ?",
+                                   (drafted.signature,)).fetchone()
+            if row is None or row["submission_id"] != claim:
+                continue
+            link = drafted.links[0] if drafted.links and drafted.links[0].startswith("https://") else None
+            sub = self.submissions.create_draft(
+                author_id=LOOP_AUTHOR, author_name="vllm-doctor (team-learning loop)", channel=None,
+                message_ts=None, permalink=link, source_text="\n".join(u.root for u in drafted.members),
+                prefill={"cluster": drafted.as_dict()})
+            report = {"nearest": [], "duplicates": [],
+                      "warnings": [f"drafted from {drafted.pastes} pastes in {drafted.threads} threads: "
+                                   + ", ".join(drafted.links[:5])]}
+            self.submissions.stage(sub.id, kind="new", case=case.model_dump(mode="json"), target_case=None,
+                                   report=report)
+            sub = self.submissions.submit(sub.id, kind="new")
+            with self.db.write() as conn:
+                conn.execute("UPDATE cluster_drafts SET submission_id = ? WHERE signature = ?", (sub.id, drafted.signature))
+            out.append(sub)
+        return out
+
+    def edit_draft(self, sub_id: str, reviewer_id: str, reviewer_name: str = "") -> tuple[Submission, CaseForm]:
+        """A reviewer edits a drafted case: it is dismissed (rejected, note names the new one) and a new form
+        draft, authored by the reviewer and pre-filled with it, goes through the usual form and review."""
+        if not self.reviewers.is_reviewer(reviewer_id):
+            raise PermissionDenied("Only KB reviewers can edit drafted cases.")
+        old = self.submissions.get_or_raise(sub_id)
+        if old.author_id != LOOP_AUTHOR or old.case is None:
+            raise ReviewConflict("only cases drafted by the team-learning loop are edited here")
+        form = case_to_form(Case.model_validate(old.case))
+        new = self.submissions.create_draft(
+            author_id=reviewer_id, author_name=reviewer_name, permalink=old.permalink, source_text=old.source_text,
+            prefill={"form": form.as_dict(), "edited_from": old.id})
+        self.submissions.reject(sub_id, reviewer_id, note=f"edited as {new.id}")
+        return new, form
+
+    def refuse_healthy_hits(self, sub: Submission) -> None:
+        """InvalidCase naming the healthy start-up log and line a proposed signature fires on."""
+        if not sub.case:
+            return
+        for pattern in sub.case.get("signatures") or []:
+            probe = Case.model_construct(id="proposed", signatures=[pattern])
+            for name, lines in self.healthy:
+                hits = signature_fires(probe, lines)
+                if hits:
+                    line = hits[0][1]
+                    raise InvalidCase({"signatures": f"{pattern!r} fires on the healthy start-up log {name}, "
+                                                     f"line {line.line_no}: {line.text.strip()[:300]}"},
+                                      where=f"case {sub.case.get('id', sub.id)}")
 
     def outcome_text(self, case_id: str | None) -> str | None:
         return self.feedback.outcome_text(case_id)

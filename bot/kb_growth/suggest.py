@@ -189,7 +189,13 @@ def suggest_title(distilled: Distilled) -> str:
     roots = [r for r in roots if "Traceback (most recent call last)" not in r] or roots
     if not roots:
         return ""
-    text = redact(roots[0]).strip()
+    return title_from_line(roots[0])
+
+
+def title_from_line(line: str) -> str:
+    """A case title from one root error line: its message without the exception class, cut at its first
+    sentence (a drafted case's title: bot/kb_growth/clusters.py)."""
+    text = redact(line).strip()
     message = _EXC_PREFIX.sub("", text) or text
     message = re.sub(r"^\[Errno \d+\]\s*", "", message)
     message = re.split(r":\s*(?=['\"/\[(<]|\.{1,2}/|https?://)", message, maxsplit=1)[0]  # drop ": '/the/variable/part'"

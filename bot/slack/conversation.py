@@ -25,6 +25,7 @@ from bot.slack import delivery as deliveries
 from bot.slack.deps import SlackDeps
 from bot.slack.files import check_text_size, fetch_file_text
 from bot.slack.heuristics import looks_like_error_log
+from bot.slack.kb_growth_edge import note_unknown
 from bot.slack.locale import answer_language
 from bot.slack.progress import ThrottledUpdater
 from bot.slack.recent import AnswerRecord
@@ -162,8 +163,8 @@ def diagnose_and_answer(deps: SlackDeps, client: Any, request: LogRequest) -> st
         deps.recent.add(replace(current, thread_ts=post.thread_ts, message_ts=post.ts))
     if deps.kb_growth is not None:
         try:  # logs the KB could not explain become candidates for new cases
-            deps.kb_growth.note_answer(answer_id=answer_id, verdict=diagnosis.verdict,
-                                       evidence=blocks.evidence_text(diagnosis), channel=where.channel, user_id=where.user)
+            note_unknown(deps, client, answer_id=answer_id, diagnosis=diagnosis, evidence=blocks.evidence_text(diagnosis),
+                         channel=where.channel, user_id=where.user, thread_ts=post.thread_ts)
         except Exception:  # noqa: BLE001 - bookkeeping must not cost the user the answer
             log.exception("could not note answer %s in the KB store", answer_id)
     if first.cut:

@@ -28,6 +28,7 @@ from bot.errors import UserInputError
 from bot.i18n import Language, t
 from bot.kb_growth import KBGrowth
 from bot.kb_growth.duplicates import Similar
+from bot.kb_growth.growth import LOOP_AUTHOR
 from bot.kb_growth.submissions import Submission
 from bot.slack.deps import SlackDeps
 from bot.slack.files import fetch_file_text
@@ -188,6 +189,7 @@ def request_review(deps: SlackDeps, growth: KBGrowth, client: Any, sub: Submissi
         nearest=nearest,
         warnings=sub.report.get("warnings", []),
         permalink=sub.permalink,
+        editable=sub.author_id == LOOP_AUTHOR,
     )
     for target in targets:
         try:
@@ -196,3 +198,26 @@ def request_review(deps: SlackDeps, growth: KBGrowth, client: Any, sub: Submissi
         except SlackApiError as exc:
             log.warning("could not post the review request for %s to %s: %s", sub.id, target, exc.response.get("error"))
 
+
+
+def note_unknown(deps: SlackDeps, client: Any, *, answer_id: str, diagnosis: Any, evidence: str, channel: str,
+                 user_id: str | None, thread_ts: str | None) -> None:
+    """After an answer: an unknown paste is kept (redacted) with its root line, component, thread link and
+    versions; a cluster of them that reached the draft threshold is posted to the reviewers as a drafted case
+    (the review flow: Approve accepts it, Reject dismisses it)."""
+    from bot.versions import known_versions
+
+    growth = deps.kb_growth
+    if growth is None:
+        return
+    root = getattr(diagnosis, "root", None)
+    versions = {k: str(v.version) for k, v in known_versions(getattr(diagnosis, "facts", None)).items()}
+    link = f"https://slack.com/archives/{channel}/p{thread_ts.replace('.', '')}" if thread_ts else None
+    growth.note_answer(answer_id=answer_id, verdict=diagnosis.verdict, evidence=evidence, channel=channel,
+                       user_id=user_id, root_text=root.text if root else None,
+                       component=root.component if root else None,
+                       thread=f"{channel}/{thread_ts}" if thread_ts else None, permalink=link, versions=versions)
+    if diagnosis.verdict == "match":
+        return
+    for sub in growth.propose_drafts():
+        request_review(deps, growth, client, sub)

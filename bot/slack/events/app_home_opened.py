@@ -34,6 +34,6 @@ def home_for(deps: SlackDeps, user: str, lang: Language = "en") -> dict[str, Any
         lang=lang,
     )
     # Logs that got "unknown" or "Didn't help": candidates for new KB cases (Home tabs allow 100 blocks).
-    extra = kbb.home_section_for(getattr(deps, "kb_growth", None), lang=lang)
+    extra = kbb.home_section_for(getattr(deps, "kb_growth", None), lang=lang, user=user)
     view["blocks"] = (view["blocks"] + extra)[:100]
     return view

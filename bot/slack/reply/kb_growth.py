@@ -31,6 +31,8 @@ VIEW_CASE_FORM = "kb_case_form"
 VIEW_DUPLICATE = "kb_case_duplicate"
 ACTION_REVIEW_APPROVE = "kb_review_approve"
 ACTION_REVIEW_REJECT = "kb_review_reject"
+ACTION_REVIEW_EDIT = "kb_review_edit"
+ACTION_RETRAIN = "kb_retrain_ranker"  # App Home, reviewers only: vllm-doctor train --with-feedback  # a drafted case (team-learning loop): open it in the case form
 CHOICE_BLOCK = "choice"
 INPUT_ACTION = "value"  # action_id of every input element: state.values[block_id]["value"]
 CHOICE_NEW = "new"
@@ -248,12 +250,17 @@ def review_message(
     nearest: Sequence[Similar] = (),
     warnings: Sequence[str] = (),
     permalink: str | None = None,
+    editable: bool = False,
 ) -> Message:
+    """editable: a case drafted by the team-learning loop; reviewers get an Edit button beside Approve / Reject."""
     title = str(case.get("title", ""))
     if kind == "example":
         head = (f":inbox_tray: *New example for KB case {inline_code(target_case or '', 100)}* from "
                 f"{user_mention(author_id)}")
         fallback = f"New example for KB case {target_case}"
+    elif editable:
+        head = ":bulb: *Drafted KB case for review*: one unknown failure pasted in several threads (team-learning loop)"
+        fallback = f"Drafted KB case for review: {title}"
     else:
         head = f":inbox_tray: *New KB case for review* from {user_mention(author_id)}"
         fallback = f"New KB case for review: {title}"
@@ -306,6 +313,8 @@ def review_message(
             "elements": [
                 {"type": "button", "text": _plain("Approve", 75), "style": "primary",
                  "action_id": ACTION_REVIEW_APPROVE, "value": submission_id},
+                *([{"type": "button", "text": _plain("Edit", 75), "action_id": ACTION_REVIEW_EDIT,
+                    "value": submission_id}] if editable else []),
                 {"type": "button", "text": _plain("Reject", 75), "style": "danger",
                  "action_id": ACTION_REVIEW_REJECT, "value": submission_id},
             ],
@@ -407,8 +416,13 @@ def home_section(candidates: Sequence[Any], pending: int, limit: int = 8, lang: 
     return blocks
 
 
-def home_section_for(growth: Any, limit: int = 8, lang: Language = "en") -> list[dict[str, Any]]:
-    """home_section() from a bot.kb_growth.KBGrowth (for the App Home tab); [] without one."""
+def home_section_for(growth: Any, limit: int = 8, lang: Language = "en", user: str | None = None) -> list[dict[str, Any]]:
+    """home_section() from a bot.kb_growth.KBGrowth (for the App Home tab); [] without one. A KB reviewer also
+    gets the Retrain button (the learned ranker on the labelled logs plus the team's votes and accepted cases)."""
     if growth is None:
         return []
-    return home_section(growth.candidates.open(limit), growth.submissions.counts().get("pending", 0), limit, lang)
+    blocks = home_section(growth.candidates.open(limit), growth.submissions.counts().get("pending", 0), limit, lang)
+    if user and growth.reviewers.is_reviewer(user):
+        blocks.append({"type": "actions", "block_id": "kb_retrain", "elements": [
+            {"type": "button", "text": _plain("Retrain ranker", 75), "action_id": ACTION_RETRAIN, "value": "retrain"}]})
+    return blocks

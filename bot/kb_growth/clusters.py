@@ -1,0 +1,291 @@
+"""Unknown pastes clustered into drafted cases (issue 26, item 3): the team-learning loop's one implementation.
+
+The product (`KBGrowth.cluster_drafts`, `vllm-doctor kb suggest`, the Slack review post) and the replay
+(`vllm-doctor eval FILE --replay`, bot/eval_replay.py) both add unknowns to a `Clusters` in the order they
+were pasted and draft from it; nothing here is copied elsewhere.
+
+A paste's key is the shape of its root line: the line bot/root.py reads (else the first exception line),
+skipping lines a KB signature already explains, generalised by bot/kb_growth/suggest.generalise (numbers,
+paths, hex, quoted names with digits or slashes become small regexes). A new shape joins an existing cluster
+only when the two shapes differ slightly (most of the shorter one's words in the other, MERGE_WORDS) and the
+MiniLM embeddings of their masked root lines are close (cosine >= the similarity setting); the embedding
+function is handed in (the pipeline's encoder), so no heavy library is imported here.
+
+A cluster becomes a draft when its pastes come from at least `min_pastes` different threads and one signature
+from the shared root line fires on every paste of the cluster, on no healthy start-up log and on no example of
+an existing KB case. Signatures that keep too little literal text beyond the exception class, errno and
+Python's own message templates (MIN_DRAFT_LITERAL: "IndexError: list index out of range", "TypeError: '…' object
+is not subscriptable" name no failure of their own) are never drafted.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from bot.kb_growth.lint import signature_fires
+from bot.kb_growth.suggest import _escape, _probe_case, generalise, title_from_line
+from bot.match import SignatureScanner
+from bot.models import Distilled, LogLine
+from indexer.text import mask
+
+MIN_PASTES = 2
+DEFAULT_SIMILARITY = 0.6  # the kb_draft_similarity setting's default (chosen on dev.jsonl only)
+# Two shapes "differ slightly" when this share of the shorter one's words is in the other (overlap coefficient:
+# a line with a prefix the other lacks, "InternVL2 infer error:Attempted to assign …", still differs slightly).
+MERGE_WORDS = 0.6
+MIN_DRAFT_LITERAL = 30
+_CLASS_PREFIX = re.compile(r"^(?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception)\s*:\s*|\\\[Errno [^\]]*\\\]\s*")
+_REGEX_PART = re.compile(r"\.\*\?|\\S\+|\\d\+|\[\^?[^\]]*\]\*?\+?|\([^)]*\)[*+?]?|\s\+| \+|\\.")
+_WORD = re.compile(r"[A-Za-z][A-Za-z_]{2,}")
+# Lines that only say another line failed: the wrappers of kb/triage/components.yaml (bot/root.py) plus headers
+# whose detail is on the next error line (pydantic's "1 validation error for VllmConfig", vLLM's
+# "AsyncLLM output_handler failed.", "EngineCore hit an exception"). A cluster on them would join unrelated failures.
+_HEADER = re.compile(
+    r"\d+ validation errors? for \w+\s*$|output_handler failed|EngineCore hit an exception|"
+    r"Exception in ASGI application|Error in chat completion stream generator"
+)
+
+
+def _generic(text: str) -> bool:
+    from bot.root import _WRAPPERS  # the wrapper rules of kb/triage/components.yaml, compiled once there
+
+    return bool(_HEADER.search(text) or _WRAPPERS.search(text))
+
+Embed = Callable[[list[str]], Any]  # texts -> (n, dim) array of unit rows (indexer.encoder.Encoder.encode)
+
+
+# Python's own messages name no failure without the names around them ("'X' object has no attribute 'y'").
+_PYTHON_TEMPLATE = re.compile(
+    r"object has no attribute|object is not (?:subscriptable|callable|iterable)|got an unexpected keyword argument|"
+    r"is not defined|No such file or directory|not enough values to unpack|list index out of range|"
+    r"missing \d*\\?d?\+? ?required positional arguments?"
+)
+
+
+def literal_chars(pattern: str) -> int:
+    """Characters of literal text a drafted signature keeps beyond the exception class, errno and Python's own
+    message templates."""
+    body = _PYTHON_TEMPLATE.sub("", _CLASS_PREFIX.sub("", pattern))
+    return len(_REGEX_PART.sub("", body).strip())
+
+
+def cluster_root(distilled: Distilled, scanner: SignatureScanner, root_text: str | None = None) -> str | None:
+    """The paste's root line for clustering: bot/root.py's root line (`root_text`) unless a KB signature
+    already explains it (a symptom's "engine is dead" is no new failure), else the first exception / error
+    line that is not a traceback header, a frame or an explained line."""
+    if root_text and root_text.strip() and not _generic(root_text) \
+            and not scanner.scan([LogLine(1, root_text.strip(), "root")]):
+        if "Traceback (most recent call last)" not in root_text:
+            return root_text.strip()
+    for r in distilled.root_errors:
+        if r.kind == "frame" or "Traceback (most recent call last)" in r.text or not r.text.strip():
+            continue
+        if _generic(r.text):
+            continue
+        if scanner.scan([r]):
+            continue
+        return r.text.strip()
+    return None
+
+
+def shape_of(root: str | None) -> str | None:
+    """The cluster key of a root line, or None when it is too generic to ever be a draft."""
+    shape = generalise(root) if root else None
+    if shape is None or literal_chars(shape) < MIN_DRAFT_LITERAL:
+        return None
+    return shape
+
+
+@dataclass(frozen=True)
+class Unknown:
+    """One paste without a confident answer."""
+
+    key: Any  # the caller's id (candidate row id, replayed log index)
+    root: str  # its root line (redacted)
+    shape: str
+    thread: str  # pastes from one thread count once
+    lines: tuple[LogLine, ...]  # cleaned lines, for checking signatures
+    permalink: str | None = None
+    component: str = "other"
+    versions: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass
+class Cluster:
+    members: list[Unknown] = field(default_factory=list)
+    shapes: list[str] = field(default_factory=list)
+
+    @property
+    def threads(self) -> int:
+        return len({u.thread for u in self.members})
+
+
+@dataclass(frozen=True)
+class ClusterDraft:
+    """A drafted case for reviewers: everything the Slack post and `kb suggest` show."""
+
+    signature: str
+    title: str
+    component: str
+    members: tuple[Unknown, ...]
+    threads: int
+    links: tuple[str, ...]
+
+    @property
+    def pastes(self) -> int:
+        return len(self.members)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"title": self.title, "signature": self.signature, "component": self.component,
+                "pastes": self.pastes, "threads": self.threads, "links": list(self.links),
+                "roots": [u.root for u in self.members[:5]]}
+
+
+def _words(shape: str) -> set[str]:
+    return set(_WORD.findall(shape))
+
+
+def slightly_different(a: str, b: str) -> bool:
+    wa, wb = _words(a), _words(b)
+    if not wa or not wb:
+        return False
+    return len(wa & wb) / min(len(wa), len(wb)) >= MERGE_WORDS
+
+
+class Clusters:
+    """Unknowns added in paste order; `add` returns the cluster the paste joined."""
+
+    def __init__(self, embed: Embed | None = None, similarity: float = DEFAULT_SIMILARITY,
+                 vectors: dict[str, np.ndarray] | None = None):
+        """vectors: root line → embedding, kept by the caller between rounds (each line is embedded once)."""
+        self.embed = embed
+        self.similarity = similarity
+        self.clusters: list[Cluster] = []
+        self._by_shape: dict[str, Cluster] = {}
+        self._vectors: dict[str, np.ndarray] = {} if vectors is None else vectors
+
+    def _vector(self, root: str) -> np.ndarray | None:
+        if self.embed is None:
+            return None
+        if root not in self._vectors:  # masked as the index embeds text: numbers and paths say nothing here
+            vec = np.asarray(self.embed([mask(root)]), dtype=np.float32).reshape(-1)
+            norm = float(np.linalg.norm(vec))
+            self._vectors[root] = vec / norm if norm > 0 else vec
+        return self._vectors[root]
+
+    def add(self, unknown: Unknown) -> Cluster:
+        cluster = self._by_shape.get(unknown.shape)
+        if cluster is None and self.embed is not None:
+            vec = self._vector(unknown.root)
+            best, best_sim = None, self.similarity
+            for other in self.clusters:
+                if not any(slightly_different(unknown.shape, s) for s in other.shapes):
+                    continue
+                for member in other.members:
+                    mv = self._vector(member.root)
+                    sim = float(np.dot(vec, mv)) if vec is not None and mv is not None else 0.0
+                    if sim >= best_sim:
+                        best, best_sim = other, sim
+            cluster = best
+        if cluster is None:
+            cluster = Cluster()
+            self.clusters.append(cluster)
+        if unknown.shape not in cluster.shapes:
+            cluster.shapes.append(unknown.shape)
+        self._by_shape[unknown.shape] = cluster
+        cluster.members.append(unknown)
+        return cluster
+
+    def remove(self, cluster: Cluster) -> None:
+        """A drafted (or dismissed) cluster starts again empty: later pastes of it are counted anew."""
+        cluster.members.clear()
+
+
+_TOKEN = re.compile(r"\s+|\w+|[^\w\s]")
+MIN_RUN = 3  # characters of a shared run kept between gaps
+
+
+def _common_signature(roots: Sequence[str]) -> str | None:
+    """A signature from the runs of words every root line shares, in order (merged shapes whose numbers,
+    prefixes or single words differ): digits generalised, runs joined by `.*?`."""
+    if len(roots) < 2:
+        return None
+    common = [(tok, False) for tok in _TOKEN.findall(roots[0])]  # (token, a gap before it)
+    for other in roots[1:]:
+        tokens = _TOKEN.findall(other)
+        blocks = difflib.SequenceMatcher(None, [t for t, _ in common], tokens, autojunk=False).get_matching_blocks()
+        kept: list[tuple[str, bool]] = []
+        end_a = end_b = -1
+        for a, b, size in blocks:
+            for k in range(size):
+                tok, gap = common[a + k]
+                if k == 0 and kept:
+                    gap = gap or a != end_a or b != end_b
+                kept.append((tok, gap if kept else False))
+            if size:
+                end_a, end_b = a + size, b + size
+        common = kept
+    runs: list[str] = []
+    current = ""
+    for tok, gap in common:
+        if gap and current:
+            runs.append(current)
+            current = ""
+        current += tok
+    runs.append(current)
+    pieces = [r.strip() for r in runs if len(r.strip()) >= MIN_RUN]
+    if not pieces:
+        return None
+    pattern = ".*?".join(re.sub(r"\d+", r"\\d+", _escape(p)) for p in pieces)
+    pattern = re.sub(r"(?:\\ | ){2,}", " +", pattern)
+    try:
+        re.compile(pattern)
+    except re.error:
+        return None
+    return pattern
+
+
+def draft_signature(cluster: Cluster, healthy: Sequence[tuple[str, Sequence[LogLine]]],
+                    examples: Sequence[Sequence[LogLine]]) -> str | None:
+    """A signature from the shared root line that fires on every paste, on no healthy log and on no known
+    case's example; None when no candidate does."""
+    counts: dict[str, int] = {}
+    for u in cluster.members:
+        counts[u.shape] = counts.get(u.shape, 0) + 1
+    options = sorted(counts, key=lambda s: -counts[s])
+    prefix = _common_signature([u.root for u in cluster.members])
+    if prefix is not None and prefix not in options:
+        options.append(prefix)
+    for pattern in options:
+        if literal_chars(pattern) < MIN_DRAFT_LITERAL:
+            continue
+        probe = _probe_case(pattern)
+        if not all(signature_fires(probe, u.lines) for u in cluster.members):
+            continue
+        if any(signature_fires(probe, lines) for _, lines in healthy):
+            continue
+        if any(signature_fires(probe, ex) for ex in examples):
+            continue
+        return pattern
+    return None
+
+
+def draft_of(cluster: Cluster, *, min_pastes: int, healthy: Sequence[tuple[str, Sequence[LogLine]]],
+             examples: Sequence[Sequence[LogLine]]) -> ClusterDraft | None:
+    """The cluster's draft, once its pastes come from `min_pastes` threads and a signature passes."""
+    if cluster.threads < max(min_pastes, 1) or not cluster.members:
+        return None
+    signature = draft_signature(cluster, healthy, examples)
+    if signature is None:
+        return None
+    components = [u.component for u in cluster.members if u.component != "other"]
+    component = max(set(components), key=components.count) if components else "other"
+    links = tuple(dict.fromkeys(u.permalink or u.thread for u in cluster.members))
+    return ClusterDraft(signature, title_from_line(cluster.members[0].root), component,
+                        tuple(cluster.members), cluster.threads, links)
