@@ -84,7 +84,7 @@ def test_eval_set_shape() -> None:
     for it in everything:
         # "label": a failure name on an uncovered log, for the team-learning replay (docs/eval-history.md)
         assert set(it) - {"label"} == {"id", "log", "expected", "source", "note"}, it["id"]
-        assert "label" not in it or (it["expected"] is None and re.fullmatch(r"[a-z0-9-]+", it["label"])), it["id"]
+        assert "label" not in it or (it["expected"] is None and re.fullmatch(r"[a-z0-9-]+", str(it["label"]))), it["id"]
         assert str(it["log"]).strip() and str(it["source"]).startswith("https://"), it["id"]
 
 

@@ -56,7 +56,7 @@ def test_blind_round_shape() -> None:
     for it in blind:
         # "label": a failure name on an uncovered log, for the team-learning replay (docs/eval-history.md)
         assert set(it) - {"label"} == {"id", "log", "expected", "source", "note"}, it["id"]
-        assert "label" not in it or (it["expected"] is None and re.fullmatch(r"[a-z0-9-]+", it["label"])), it["id"]
+        assert "label" not in it or (it["expected"] is None and re.fullmatch(r"[a-z0-9-]+", str(it["label"]))), it["id"]
         assert str(it["id"]).startswith(BLIND_ROUND) and str(it["log"]).strip(), it["id"]
         assert it["expected"] is None or it["expected"] in known, it["id"]
     covered = [it for it in blind if it["expected"]]

@@ -119,6 +119,7 @@ class CandidateStore:
                  shown),
             )
             row = conn.execute("SELECT * FROM candidates WHERE fingerprint = ?", (fingerprint,)).fetchone()
+            assert row is not None  # upserted by the statement above, in this transaction
             where = thread or (f"{channel}/{answer_id}" if channel or answer_id else f"candidate/{row['id']}")
             conn.execute(
                 """INSERT INTO candidate_threads (candidate_id, thread, channel, permalink, seen_at)

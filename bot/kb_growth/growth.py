@@ -584,7 +584,7 @@ class KBGrowth:
         if not sub.case:
             return
         for pattern in sub.case.get("signatures") or []:
-            probe = Case.model_construct(id="proposed", signatures=[pattern])
+            probe = Case.model_construct(id="proposed", signatures=[pattern])  # type: ignore[call-arg]  # unvalidated probe: signature_fires reads id and signatures only
             for name, lines in self.healthy:
                 hits = signature_fires(probe, lines)
                 if hits:

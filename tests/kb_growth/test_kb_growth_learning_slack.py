@@ -15,13 +15,19 @@ from test_kb_growth_slack import REVIEW_CHANNEL, button, slack_escape, wait_view
 
 from bot.kb_growth.candidates import CandidateStore
 from bot.kb_growth.db import Database
-from bot.kb_growth.submissions import SubmissionStore
+from bot.kb_growth.submissions import Submission, SubmissionStore
 from bot.slack.reply import kb_growth as kbb
 
 fake = base.fake  # the fake Slack Web API and the bot over real HTTP, as in test_kb_growth_slack.py
 kb_bot = base.kb_bot
 DM_A = "D0LEARN01"
 DM_B = "D0LEARN02"
+
+
+def _sub(store: SubmissionStore, sub_id: str) -> Submission:
+    found = store.get(sub_id)
+    assert found is not None, sub_id
+    return found
 
 
 def _paste(sender: Any, fake: KBFakeSlack, channel: str, log: str, ts: str, event_id: str, db: Any) -> None:
@@ -61,7 +67,7 @@ def test_two_threads_pasting_one_unknown_failure_reach_reviewers_and_approve_mak
     assert sender.interactive(button(fake, kbb.ACTION_REVIEW_APPROVE, sub.id, REVIEWER, review_ts, "ok")).status == 200
     updated = fake.wait_for_call("chat.update", ts=review_ts)[-1].params
     assert "Approved" in updated["blocks"][0]["text"]["text"]
-    new_id = store.get(sub.id).written_case
+    new_id = _sub(store, sub.id).written_case
     assert new_id and bot.deps.pipeline.match(plugin_log(7, 1)).best.case_id == new_id  # live at once
 
 
@@ -90,7 +96,7 @@ def test_approving_a_draft_that_fires_on_a_healthy_start_up_is_refused_with_the_
     text = told.params["text"]
     assert "Available routes are" in text and ", line " in text and told.params["response_type"] == "ephemeral"
     assert "<" not in text.replace("<@", "")  # untrusted text escaped (&lt; &gt;)
-    assert store.get(sub.id).status == "pending"
+    assert _sub(store, sub.id).status == "pending"
 
 
 def sender_click(kb_bot: Any, fake: KBFakeSlack, sub_id: str) -> Any:
@@ -109,19 +115,20 @@ def test_a_reviewer_edits_a_drafted_case_in_the_case_form_and_others_are_refused
                                     for c in calls), 60)
     store = SubmissionStore(Database(grow_settings.kb_db_path))
     [draft] = store.list("pending")
+    assert draft.case is not None
     signature = draft.case["signatures"][0]
 
     sender.interactive(button(fake, kbb.ACTION_REVIEW_EDIT, draft.id, STRANGER, "1700002200.000100", "edit-no"))
     fake.wait_for(lambda calls: any(c.method == "response_url" and "Only KB reviewers can edit" in c.params.get("text", "")
                                     for c in calls))
-    assert store.get(draft.id).status == "pending"
+    assert _sub(store, draft.id).status == "pending"
 
     sender.interactive(button(fake, kbb.ACTION_REVIEW_EDIT, draft.id, REVIEWER, "1700002200.000100", "edit-ok"))
     form = wait_view(fake, lambda v: v.get("callback_id") == kbb.VIEW_CASE_FORM)
     assert json.dumps(signature)[1:-1] in json.dumps(form)  # the drafted signature, pre-filled
-    edited = store.get(form["private_metadata"])
+    edited = _sub(store, form["private_metadata"])
     assert edited.status == "draft" and edited.author_id == REVIEWER
-    dismissed = store.get(draft.id)
+    dismissed = _sub(store, draft.id)
     assert dismissed.status == "rejected" and dismissed.note == f"edited as {edited.id}"
 
 
@@ -147,6 +154,7 @@ def test_reviewers_retrain_the_ranker_from_app_home_and_others_are_refused(
     try:
         sender = SlackSender(slack_bot.url + "/slack/events")
         engine_growth = slack_bot.deps.kb_growth
+        assert engine_growth is not None
         engine_growth.vote(answer_id="r1", user_id="U1", value="fixed", case_id=dev[0]["expected"] or
                            engine.kb.cases[0].id, verdict="match", channel="C1", evidence=dev[0]["log"])
         for n, user in enumerate((REVIEWER, STRANGER)):
