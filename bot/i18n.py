@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import re
 from functools import cache
-from typing import Any, Literal
+from typing import Any
 
-Language = Literal["en", "zh"]
+from bot.models import Language  # the one Language (re-exported here for the presentation modules)
+
 LANGUAGES: tuple[Language, ...] = ("en", "zh")
 
 _CJK_RE = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")

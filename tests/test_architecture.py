@@ -189,3 +189,15 @@ def test_the_graph_sees_lazy_and_relative_imports() -> None:
     assert "bot.runner.engine" in GRAPH["bot.pipeline"]
     assert "bot.pipeline" in GRAPH["bot.slack.hosts"]
     assert layer("bot.slack.reply.answer") == layer("bot.cli.main") > layer("bot.pipeline") > layer("bot.match")
+
+
+def test_one_language_type() -> None:
+    """`Language` is defined once, in bot/models.py; every other module imports that one."""
+    owners = [
+        module_name(p) for p in SOURCES
+        for node in ast.parse(p.read_text(encoding="utf-8")).body
+        if isinstance(node, (ast.Assign, ast.AnnAssign))
+        and any(isinstance(t, ast.Name) and t.id == "Language"
+                for t in (node.targets if isinstance(node, ast.Assign) else [node.target]))
+    ]
+    assert owners == ["bot.models"]
