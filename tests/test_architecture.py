@@ -191,6 +191,33 @@ def test_the_graph_sees_lazy_and_relative_imports() -> None:
     assert layer("bot.slack.reply.answer") == layer("bot.cli.main") > layer("bot.pipeline") > layer("bot.match")
 
 
+def reachable(name: str, graph: dict[str, set[str]]) -> set[str]:
+    """Every project module `name` imports, directly or through others."""
+    seen: set[str] = set()
+    todo = [name]
+    while todo:
+        for dep in graph.get(todo.pop(), set()):
+            if dep not in seen:
+                seen.add(dep)
+                todo.append(dep)
+    return seen
+
+
+RANKING = ("bot.match", "bot.ranker", "bot.versions")
+
+
+@pytest.mark.parametrize("name", RANKING)
+def test_ranking_produces_values_and_never_words_them(name: str) -> None:
+    """Text at the edge (issue 30): ranking returns typed findings (bot.models.Note); only the presentation
+    (bot/render.py, bot/slack/reply/, the JSON edge) words them through bot.i18n, directly or not."""
+    assert "bot.i18n" not in reachable(name, GRAPH)
+
+
+def test_reachable_follows_imports_through_other_modules() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": set(), "d": {"a"}}
+    assert reachable("a", graph) == {"b", "c"} and "bot.i18n" in reachable("bot.render", GRAPH)
+
+
 def test_one_language_type() -> None:
     """`Language` is defined once, in bot/models.py; every other module imports that one."""
     owners = [
