@@ -155,6 +155,17 @@ def test_notes_are_values_worded_in_the_answer_language() -> None:
     assert note_text(Note("two_failures", line=4, case_id="oom"), "en").startswith("two failures: the error on line 4")
 
 
+def test_every_note_kind_is_worded_in_both_languages() -> None:
+    from typing import get_args
+
+    from bot.models import NoteKind
+
+    for kind in get_args(NoteKind):
+        note = Note(kind, line=3, case_id="c", package="vllm", version="0.6.4", shown="0.5.3")
+        en, zh = note_text(note, "en"), note_text(note, "zh")
+        assert en and zh and en != zh and "{" not in en + zh, kind
+
+
 def test_scores_shown_follow_the_order() -> None:
     ms = [Match(c, c, c, "x", s, False) for c, s in (("a", 0.92), ("b", 1.0), ("c", 0.5))]
     assert shown_scores(ms) == [0.92, 0.92, 0.5]
