@@ -8,13 +8,13 @@ A case's Chinese fields may be empty (cases filed from Slack or the CLI): the En
 from __future__ import annotations
 
 import re
-from functools import cache
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
+
+from bot.models import Language, Note, NoteKind  # the one Language (re-exported for the presentation)
 
 if TYPE_CHECKING:
     from kb.schema import Case
 
-Language = Literal["en", "zh"]
 LANGUAGES: tuple[Language, ...] = ("en", "zh")
 
 _CJK_RE = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
@@ -524,37 +524,30 @@ def t(key: str, lang: Language, **values: Any) -> str:
     return text.format(**values) if values else text
 
 
-# Notes the ranker words in the paste's language (bot/match.py, bot/versions.py); the answer's language may be
-# another one (--lang, a Slack locale): the presentation words them again from the same template.
-_NOTE_KEYS = ("note.truncated", "note.truncated_answered", "note.two_failures", "note.consequence",
-              "note.consequence_unseen", "version.upgrade", "version.already_fixed", "version.inside",
-              "version.outside")
-_WHERE_KEYS = ("version.where_host", "version.where_log")
+# A ranking or version note (bot.models.Note, a value) → the key of its words above, and the values they take.
+_NOTE_KEYS: dict[NoteKind, str] = {
+    "truncated": "note.truncated", "truncated_answered": "note.truncated_answered",
+    "two_failures": "note.two_failures", "consequence": "note.consequence",
+    "consequence_unseen": "note.consequence_unseen", "upgrade": "version.upgrade",
+    "already_fixed": "version.already_fixed", "inside_affects": "version.inside", "outside_affects": "version.outside",
+}
 
 
-@cache
-def _template_re(key: str, lang: Language) -> re.Pattern[str]:
-    parts = re.split(r"\{(\w+)(?::[^}]*)?\}", _TEXT[key][lang])
-    body = "".join(re.escape(p) if i % 2 == 0 else f"(?P<{p}>.+?)" for i, p in enumerate(parts))
-    return re.compile(f"^{body}$", re.S)
-
-
-def _reword(text: str, keys: tuple[str, ...], lang: Language) -> str | None:
-    for key in keys:
-        for source in LANGUAGES:
-            found = _template_re(key, source).match(text)
-            if found is None:
-                continue
-            values = found.groupdict()
-            if "where" in values:
-                values["where"] = _reword(values["where"], _WHERE_KEYS, lang) or values["where"]
-            return t(key, lang, **values)
-    return None
-
-
-def localize_note(note: str, lang: Language) -> str:
-    """A ranking or version note in the answer's language (unchanged when it is no known template)."""
-    return _reword(note, _NOTE_KEYS, lang) or note
+def note_text(note: Note, lang: Language) -> str:
+    """A note of the ranking (bot/match.py, bot/versions.py) in words, in `lang`."""
+    key = _NOTE_KEYS[note.kind]
+    if note.kind == "two_failures":
+        return t(key, lang, line=note.line, case=note.case_id)
+    if note.kind == "consequence":
+        return t(key, lang, line=note.line)
+    if note.kind in ("upgrade", "already_fixed", "inside_affects", "outside_affects"):
+        if note.source == "host":
+            where = t("version.where_host", lang, host=note.host or "?", shown=note.shown)
+        else:
+            where = t("version.where_log", lang, shown=note.shown)
+        version = {"spec": note.version} if note.kind.endswith("_affects") else {"fixed": note.version}
+        return t(key, lang, package=note.package, where=where, **version)
+    return t(key, lang)
 
 
 # Chinese labels of the facts a log states (bot/facts.py FACT_LABELS has the English ones).
@@ -611,7 +604,7 @@ __all__ = [
     "has_chinese_text",
     "fact_label",
     "is_language",
-    "localize_note",
+    "note_text",
     "step_text",
     "t",
 ]

@@ -17,8 +17,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Literal, Protocol
 
 from bot.frames import FrameIndex, cut_frames
-from bot.i18n import t
-from bot.models import Distilled, Evidence, LogFacts, LogLine, Match, Verdict, WrappedLine
+from bot.models import Distilled, Evidence, LogFacts, LogLine, Match, Note, Verdict, WrappedLine
 from bot.ranker import Candidate, PasteContext
 from bot.versions import Versions, check_case, known_versions
 from indexer.text import mask
@@ -52,11 +51,6 @@ MIN_SCORE = 0.10
 # Feedback prior ("Fixed it" / "Didn't help", bot/kb_growth/feedback.py): added to a case's score, clamped here
 # so no caller can move a ranking by more than this (docs/kb-growth.md).
 MAX_PRIOR = 0.03
-
-# English forms of the truncated-paste notes (the answer's language picks the form: bot/i18n.py note.*)
-TRUNCATED_NOTE = t("note.truncated", "en")
-# ... when the answer rests on an error line or a proven fact elsewhere in the paste, not on the cut frames
-TRUNCATED_ANSWERED_NOTE = t("note.truncated_answered", "en")
 
 _QUIET = ("info", "debug", "warning")
 _EXCEPTION_TEXT = re.compile(r"(?:^|[^A-Za-z0-9_.])(?:[A-Za-z_]\w*\.)*[A-Z][A-Za-z0-9_]*(?:Error|Exception): \S")
@@ -130,12 +124,13 @@ class MatchParams:
 
 @dataclass(frozen=True)
 class Ranking:
-    """What the matcher found: the ranked answer, advisories noticed on the side, notes for the reader."""
+    """What the matcher found: the ranked answer, advisories noticed on the side, notes for the reader (values;
+    the presentation words them)."""
 
     verdict: Verdict
     matches: tuple[Match, ...]
     also_noticed: tuple[Match, ...] = ()
-    notes: tuple[str, ...] = ()
+    notes: tuple[Note, ...] = ()
 
 
 @dataclass
@@ -148,7 +143,7 @@ class _Entry:
     signature: bool
     unexplained: bool  # a root error its signatures do not hit (an advisory: or a cause fingerprint is present)
     parts: dict[str, float]
-    notes: list[str] = field(default_factory=list)
+    notes: list[Note] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -465,8 +460,8 @@ class Matcher:
         )
         if startup_hint:
             score = min(score, self.thresholds.match - 0.01)
-        notes: list[str] = []
-        version = check_case(case.affects, case.fixed_in, s.known, distilled.language)  # bot/versions.py
+        notes: list[Note] = []
+        version = check_case(case.affects, case.fixed_in, s.known)  # bot/versions.py
         if version.note:
             notes.append(version.note)
         if version.superseded:
@@ -513,7 +508,7 @@ class Matcher:
 
     def _cap_top(
         self, matches: list[Match], s: _PasteSignals, distilled: Distilled, first_failure: LogLine | None
-    ) -> list[str]:
+    ) -> list[Note]:
         """Keep the top answer below `match` where its evidence cannot carry one (in place); the notes that
         say why."""
         if not matches:
@@ -523,10 +518,10 @@ class Matcher:
         def cap() -> None:
             matches[0] = replace(matches[0], score=min(matches[0].score, below_match))
 
-        notes: list[str] = []
+        notes: list[Note] = []
         if first_failure is not None:  # two failures: the later one's fingerprint is no confident answer
             cap()
-            notes.append(t("note.two_failures", distilled.language, line=first_failure.line_no, case=matches[0].case_id))
+            notes.append(Note("two_failures", line=first_failure.line_no, case_id=matches[0].case_id))
         top = matches[0]
         top_case = self.cases.get(top.case_id)
         if top_case is not None and top_case.role == "symptom" and _earlier_root(distilled, s.sig_hits.get(top.case_id, [])):
@@ -545,7 +540,8 @@ class Matcher:
             complete = "fact_rule" in top.scores or any(
                 h.line.kind != "frame" and not _FRAME_TEXT.search(h.line.text) for h in s.sig_hits.get(top.case_id, [])
             )
-            notes.append(t("note.truncated_answered" if complete else "note.truncated", distilled.language))
+            # complete: the answer rests on an error line or a proven fact elsewhere in the paste, not on the cut frames
+            notes.append(Note("truncated_answered" if complete else "truncated"))
             if not complete:  # frames alone never make a confident answer
                 cap()
         return notes
@@ -689,9 +685,9 @@ class Matcher:
             earlier = _earlier_root(distilled, sig_hits.get(case.id, []))
             if earlier is not None:
                 evidence = (Evidence(earlier.line_no, earlier.text, "earlier root error: diagnose this line"),) + evidence
-                notes.append(t("note.consequence", distilled.language, line=earlier.line_no))
+                notes.append(Note("consequence", line=earlier.line_no))
             else:
-                notes.append(t("note.consequence_unseen", distilled.language))
+                notes.append(Note("consequence_unseen"))
         return Match(
             case_id=case.id,
             title=case.title,

@@ -78,6 +78,35 @@ class Evidence:
     why: str  # e.g. "signature: No available memory for the cache blocks" or "lexical/dense similarity"
 
 
+# What a Note says (bot/i18n.py words each kind, in either language, at the edge).
+NoteKind = Literal[
+    "truncated",  # the paste ends inside a traceback; the answer is a guess from the frames and facts above it
+    "truncated_answered",  # ... and the answer rests on the error lines and facts before the cut traceback
+    "two_failures",  # the error on `line` came first and reads like another problem; `case_id` matched after it
+    "consequence",  # a symptom case: the earlier root error on `line` is the cause to fix
+    "consequence_unseen",  # a symptom case whose earlier root error the paste does not show
+    "upgrade",  # `package` is fixed in `version` (the case's fixed_in); the paste shows `shown`, older
+    "already_fixed",  # ... and `shown` already has the fix
+    "inside_affects",  # `package` `version` is the case's `affects` specifier; `shown` lies inside it
+    "outside_affects",  # ... and `shown` lies outside it
+]
+
+
+@dataclass(frozen=True)
+class Note:
+    """A finding of the ranking for the reader (bot/match.py, bot/versions.py), as a value: the presentation
+    (bot/render.py, bot/slack/reply/, the JSON edge) words it in the answer's language (bot/i18n.note_text)."""
+
+    kind: NoteKind
+    line: int | None = None  # two_failures, consequence: the paste line (1-based) the note points at
+    case_id: str = ""  # two_failures: the case matched only after that line
+    package: str = ""  # version notes: the package the case names ("vllm", "torch", ...)
+    version: str = ""  # upgrade / already_fixed: the fixed_in version; *_affects: the affects specifier
+    shown: str = ""  # version notes: the version known for this paste
+    source: Literal["log", "host"] = "log"  # where `shown` was read: the log, or a host's /vllm-diagnose run
+    host: str = ""  # the host's label when source == "host"
+
+
 @dataclass(frozen=True)
 class Match:
     case_id: str
@@ -88,7 +117,7 @@ class Match:
     signature_hit: bool
     evidence: tuple[Evidence, ...] = ()
     scores: dict[str, float] = field(default_factory=dict)  # component scores (signature, bm25, dense, fused)
-    notes: tuple[str, ...] = ()  # e.g. "fixed in vllm 0.6.4; this log shows 0.5.3 — upgrading is the fix"
+    notes: tuple[Note, ...] = ()  # e.g. Note("upgrade", package="vllm", version="0.6.4", shown="0.5.3")
 
 
 @dataclass(frozen=True)
@@ -145,7 +174,7 @@ class Diagnosis:
     # "also noticed", never as the answer.
     also_noticed: tuple[Match, ...] = ()
     facts: LogFacts | None = None  # what the log says about the setup (bot/facts.py)
-    notes: tuple[str, ...] = ()  # matcher notes, e.g. "the final error line is missing"
+    notes: tuple[Note, ...] = ()  # matcher notes, e.g. Note("truncated"): the final error line is missing
     kind: Literal["log", "question"] = "log"  # question: short text without a log (bot/question.py)
     root: Root | None = None  # the line to fix and its component (bot/root.py); None: no line states a cause
     fix_values: FixValues | None = None  # the fix commands' placeholders filled from this log (bot/fix_values.py)

@@ -6,31 +6,28 @@
     diagnose (hosts):   HostRequest → access (validate, authorize) → inventory → catalogue → runner engine
                         over SSH or locally → FleetReport → reply (CLI / Slack)
 
-`Pipeline` is the dependency container (KB, index, matcher, explainer, inventory, catalogue, connector,
-audit log), built once per process. Its entry points: `match` / `explain` / `explain_stream` /
+`Pipeline` is the dependency container (KB, index, matcher, explainer; the host flow: bot/host_flow.py),
+built once per process. Its entry points: `match` / `explain` / `explain_stream` /
 `explain_paste` for pastes, `diagnose` (and `check_hosts` for one slice of a queued group run) for hosts.
 The CLI (bot/cli/) and every Slack listener (bot/slack/) call only these. Values are in bot/models.py.
 """
 
 from __future__ import annotations
 
-import asyncio
 import copy
-import getpass
 import logging
-import socket
 import threading
 import time
-from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from bot.distill import distill, extra_keywords
-from bot.errors import IndexUnavailable, UserInputError
 from bot.facts import read_facts
 from bot.fix_values import fit_values, fitted_case
+from bot.host_flow import HostFlow, Progress, Requester
+from bot.index_lifecycle import IndexLifecycle
 from bot.match import Matcher, Mode, Thresholds, signature_literals
 from bot.models import (
     Diagnosis,
@@ -42,7 +39,6 @@ from bot.models import (
     HostRequest,
     LogFacts,
 )
-from bot.ops import metrics
 from bot.paste import Paste, decode_input
 from bot.ranker import DEFAULT_ARTIFACT, BoundRanker, load_for_kb
 from bot.root import find_root, pasted_line_root
@@ -56,12 +52,9 @@ if TYPE_CHECKING:
     from bot.question import QuestionMatcher
     from bot.runner.inventory import Host, Inventory
     from bot.runner.transport import Connector
-    from kb.checks_schema import Check, CheckCatalogue
+    from kb.checks_schema import CheckCatalogue
 
 log = logging.getLogger(__name__)
-
-Progress = Callable[[str], None]  # one short line per step ("gpu01: 12/34 checks"), best effort
-_T = TypeVar("_T")
 
 
 class Explained(NamedTuple):
@@ -71,15 +64,6 @@ class Explained(NamedTuple):
     explanation: Explanation | None
 
 
-@dataclass(frozen=True)
-class Requester:
-    """Who asked for a host diagnosis, for the audit log (CLI: the login name)."""
-
-    source: Literal["cli", "slack"] = "cli"
-    user_id: str | None = None
-    channel_id: str | None = None
-
-
 class Pipeline:
     """Everything both flows need, built once per process (`Pipeline.from_settings()`)."""
 
@@ -87,8 +71,8 @@ class Pipeline:
         self.settings = settings
         self.cases_dir = Path(settings.kb_dir) if settings.kb_dir else DEFAULT_CASES_DIR
         self._lock = threading.RLock()
-        self._kb_from_dir = kb is None  # then the index is written for the newest files (see _open_index)
-        self.build_progress = False  # a progress bar while (re-)embedding: `vllm-doctor index` on a terminal
+        # the encoder and the index (bot/index_lifecycle.py); from_dir: written for the newest case files
+        self._indexes = IndexLifecycle(settings, self.cases_dir, from_dir=kb is None, lock=self._lock)
         if kb is None:
             require_cases_dir(self.cases_dir, "VLLM_DOCTOR_KB_DIR")
         self._kb = kb or load_kb(self.cases_dir, strict=False)
@@ -97,11 +81,11 @@ class Pipeline:
         self._kb_stamp = self._stamp()
         self._keywords = extra_keywords(signature_literals(self._kb.cases))
         self._index: Any = None
-        self._encoder_instance: Any = None
         self._matcher: Matcher | None = None
         self._question_matcher: QuestionMatcher | None = None
         self._explainer: Explainer | None | bool = False  # False = not resolved yet
         self._priors: Mapping[str, float] | None = None
+        self._hosts: HostFlow | None = None  # the diagnose flow (bot/host_flow.py), made for self.settings
         self.thresholds = Thresholds(
             match=settings.match_threshold if settings.match_threshold is not None else Thresholds.match,
             uncertain=(
@@ -154,52 +138,39 @@ class Pipeline:
             self._question_matcher = None
             return True
 
+    @property
+    def build_progress(self) -> bool:
+        """A progress bar while (re-)embedding: `vllm-doctor index` on a terminal."""
+        return self._indexes.build_progress
+
+    @build_progress.setter
+    def build_progress(self, on: bool) -> None:
+        self._indexes.build_progress = on
+
+    @property
+    def _encoder_instance(self) -> Any:
+        return self._indexes.encoder_instance
+
+    @_encoder_instance.setter
+    def _encoder_instance(self, encoder: Any) -> None:  # tests hand in a deterministic or shared encoder
+        self._indexes.encoder_instance = encoder
+
     def _encoder(self) -> Any:
         """The embedding model, loaded once per process and only when a dense query needs it."""
-        with self._lock:
-            if self._encoder_instance is None:
-                self._encoder_instance = self._make_encoder()
-                self._encoder_instance.progress = self.build_progress
-            return self._encoder_instance
+        return self._indexes.encoder()
 
     def _make_encoder(self) -> Any:
-        """The ONNX path (no torch import) unless VLLM_DOCTOR_ENCODER=torch or the model cannot run there."""
-        from indexer.encoder import SentenceTransformerEncoder
-
-        if self.settings.encoder == "onnx":
-            from indexer.onnx_encoder import OnnxEncoder, OnnxUnsupported
-
-            try:
-                return OnnxEncoder(self.settings.embed_model_path, onnx_dir=self.settings.onnx_dir)
-            except OnnxUnsupported as exc:
-                log.warning("search model: %s; using the torch path", exc)
-        return SentenceTransformerEncoder(self.settings.embed_model_path)
+        return self._indexes.make_encoder()
 
     def _open_index(self, kb: KnowledgeBase, force_rebuild: bool = False) -> Any:
-        """Open the index. The KB is read again under the index's directory lock, so a case another
-        process wrote meanwhile is indexed too (never lost from the saved index); this pipeline then
-        serves that newest KB."""
-        from indexer.encoder import EncoderUnavailable
-        from indexer.index import KBIndex
-
-        newest = [kb]
-
-        def reread() -> list[Case]:
-            if kb is self._kb and self._stamp() == self._kb_stamp:
-                return list(kb.cases)  # no case file added, removed or touched since: skip parsing ~200 YAMLs
-            newest[0] = load_kb(self.cases_dir, strict=False)
-            return list(newest[0].cases)
-
-        started = time.monotonic()
-        try:
-            index = KBIndex.open(kb, Path(self.settings.index_dir), self._encoder, force_rebuild=force_rebuild,
-                                 reread=reread if self._kb_from_dir else None)
-        except EncoderUnavailable as exc:
-            raise IndexUnavailable(str(exc)) from exc
-        metrics.INDEX_BUILD_SECONDS.set(time.monotonic() - started)
-        if newest[0] is not kb and newest[0].content_hash != self._kb.content_hash:
-            self._kb = newest[0]  # the stamp stays: the next request re-reads the files once more
-            self._keywords = extra_keywords(signature_literals(newest[0].cases))
+        """Open the index (bot/index_lifecycle.py); when it was written for newer case files than `kb`,
+        this pipeline then serves that newest KB."""
+        index, newest = self._indexes.open(
+            kb, current=lambda k: k is self._kb and self._stamp() == self._kb_stamp, force_rebuild=force_rebuild
+        )
+        if newest is not kb and newest.content_hash != self._kb.content_hash:
+            self._kb = newest  # the stamp stays: the next request re-reads the files once more
+            self._keywords = extra_keywords(signature_literals(newest.cases))
             self._matcher = None
         return index
 
@@ -398,7 +369,7 @@ class Pipeline:
         pick = title or (lambda case: case.title)
         return {case_id: pick(by_id[case_id]) if case_id in by_id else case_id for case_id in case_ids}
 
-    # -- diagnose: hosts ------------------------------------------------------------------------------
+    # -- diagnose: hosts (bot/host_flow.py) ------------------------------------------------------------
     def with_settings(self, settings: Settings) -> Pipeline:
         """This pipeline's loaded KB, index and models under other settings (the Slack bot's own inventory
         and access rules, a CLI --inventory): nothing is loaded twice."""
@@ -406,77 +377,50 @@ class Pipeline:
             return self
         other = copy.copy(self)
         other.settings = settings
+        other._indexes = copy.copy(self._indexes)  # the encoder made so far is shared, as before
+        other._indexes.settings = settings
         return other
+
+    @property
+    def hosts(self) -> HostFlow:
+        """The diagnose flow under this pipeline's settings."""
+        if self._hosts is None or self._hosts.settings is not self.settings:
+            self._hosts = HostFlow(self.settings)
+        return self._hosts
 
     @property
     def runner_configured(self) -> bool:
         """Remote host checks need an inventory (VLLM_DOCTOR_INVENTORY); --local does not."""
-        return self.settings.runner_inventory is not None
+        return self.hosts.runner_configured
 
     def inventory(self) -> Inventory:
         """The configured inventory, re-read when its file changes (ConfigError when none is set)."""
-        from bot.runner.access import inventory_from_settings
-
-        return inventory_from_settings(self.settings)
+        return self.hosts.inventory()
 
     def catalogue(self) -> CheckCatalogue:
-        from bot.runner.catalogue import load_catalogue
-
-        return load_catalogue(self.settings.runner_checks_dir)  # cached per directory
-
-    def _select(self, request: HostRequest) -> tuple[CheckCatalogue, list[Check]]:
-        from bot.runner.catalogue import select_checks
-
-        if request.max_tier not in (0, 1, 2):
-            raise UserInputError("tier must be 0, 1 or 2")
-        catalogue = self.catalogue()
-        selected, problems = select_checks(catalogue, list(request.checks) or None, request.max_tier)
-        if problems:
-            raise UserInputError("; ".join(problems))
-        return catalogue, selected
+        return self.hosts.catalogue()
 
     def planned_checks(self, request: HostRequest) -> list[str]:
         """The check ids a run of `request` will execute (for the audit row of a queued group run)."""
-        return [c.id for c in self._select(request)[1]]
+        return self.hosts.planned_checks(request)
 
     def resolve_hosts(self, target: str) -> list[Host]:
         """An inventory host or group name → its hosts (InvalidTarget, UnknownHost otherwise)."""
-        from bot.runner.access import resolve_target
-
-        return resolve_target(target, self.settings)
+        return self.hosts.resolve_hosts(target)
 
     def authorize(
         self, user_id: str, channel_id: str | None, usergroup_ids: set[str], request: HostRequest
     ) -> list[Host]:
         """The hosts `user_id` may check from `channel_id` (default deny; PermissionDenied otherwise)."""
-        from bot.runner.access import authorize
-
-        return authorize(user_id, channel_id, usergroup_ids, request.target, self.settings, max_tier=request.max_tier)
+        return self.hosts.authorize(user_id, channel_id, usergroup_ids, request)
 
     def local_host(self, **fields: Any) -> Host:
         """This machine as a Host (`--local`); fields: python, endpoint, serve_port, expected_gpus, …"""
-        from bot.runner.inventory import Host
-
-        values = {"python": self.settings.runner_local_python, **{k: v for k, v in fields.items() if v is not None}}
-        return Host(name=socket.gethostname() or "localhost", address="localhost", **values)
+        return self.hosts.local_host(**fields)
 
     def connector(self, *, local: bool, inventory: Inventory | None) -> Connector:
         """How checks reach a host: this machine's shell, or SSH with verified host keys."""
-        if local:
-            from bot.runner.local import LocalConnector
-
-            return LocalConnector()
-        from bot.runner.ssh import SSHConnector
-
-        s = self.settings
-        return SSHConnector(
-            known_hosts=s.runner_known_hosts,
-            ssh_config=s.runner_ssh_config,
-            connect_timeout_s=s.runner_connect_timeout_s,
-            max_connecting=s.runner_max_connecting,
-            max_channels_per_host=s.runner_max_channels_per_host,
-            jump_hosts=dict(inventory.hosts) if inventory else {},
-        )
+        return self.hosts.connector(local=local, inventory=inventory)
 
     def diagnose(
         self,
@@ -487,92 +431,15 @@ class Pipeline:
         progress: Progress | None = None,
         requester: Requester | None = None,
     ) -> FleetReport:
-        """Run the catalogue on `request.target` (an inventory host or group) or, with local=True, here.
-
-        `request.checks` are check ids or areas (default: every check up to `request.max_tier`). Pass
-        `hosts` when the caller already resolved and authorized them (Slack). Unreachable hosts, auth
-        failures, host-key mismatches and hung checks are reported in the result; exceptions are raised
-        only for bad arguments (UserInputError), configuration (ConfigError) and unknown targets
-        (UnknownHost). Every run is written to the audit log with who asked. Synchronous: safe from
-        worker threads and from inside a running event loop.
-        """
-        from bot.runner.access import inventory_from_settings, resolve_target, validate_target
-        from bot.runner.audit import AuditLog
-
-        if not isinstance(request, HostRequest):  # a paste goes to match(); say so instead of failing later
-            raise TypeError(f"Pipeline.diagnose takes a HostRequest (hosts), not {type(request).__name__}; "
-                            "a paste is matched with Pipeline.match")
-        requester = requester or Requester()
-        catalogue, selected = self._select(request)
-        target = request.target
-        inventory: Inventory | None = None
-        if local:
-            hosts = hosts or [self.local_host()]
-            target = target or hosts[0].name
-        else:
-            if hosts is None:
-                validate_target(target)  # refuse metacharacters before reading any file
-            if hosts is None or self.settings.runner_inventory is not None:
-                inventory = inventory_from_settings(self.settings)
-            if hosts is None:
-                hosts = resolve_target(target, self.settings, inventory)
-        audit = AuditLog(self.settings.store_target(self.settings.runner_audit_db))
-        user_id = requester.user_id or (f"cli:{_login()}" if requester.source == "cli" else None)
-        run_id = audit.start(
-            user_id=user_id, channel_id=requester.channel_id, source=requester.source, target=target,
-            hosts=[h.name for h in hosts], checks=[c.id for c in selected], max_tier=request.max_tier,
-        )  # fmt: skip
-        started = time.time()
-        try:
-            reports = _run_sync(self._check_hosts(hosts, selected, catalogue, local, progress, inventory))
-        except (KeyboardInterrupt, SystemExit) as exc:  # Ctrl-C, or SIGTERM through the CLI's handler
-            audit.finish(run_id, None, error=f"interrupted ({type(exc).__name__} {exc})".strip(), status="interrupted")
-            raise
-        except BaseException as exc:
-            audit.finish(run_id, None, error=f"{type(exc).__name__}: {exc}")
-            raise
-        report = FleetReport(target=target, hosts=reports, max_tier=request.max_tier,
-                             checks_requested=list(request.checks) or None, started_at=started,
-                             duration_s=time.time() - started)
-        audit.finish(run_id, report)
-        return report
+        """Run the catalogue on `request.target` (an inventory host or group) or, with local=True, here;
+        every run is audited (HostFlow.diagnose has the whole contract)."""
+        return self.hosts.diagnose(request, local=local, hosts=hosts, progress=progress, requester=requester)
 
     def check_hosts(
         self, hosts: list[Host], request: HostRequest, progress: Progress | None = None
     ) -> list[HostReport]:
-        """Run the catalogue on already authorized hosts, without an audit row: one slice of a group run
-        whose audit row the fleet queue's owner keeps (bot/runner/fleet.py)."""
-        catalogue, selected = self._select(request)
-        inventory = self.inventory() if self.runner_configured else None
-        return _run_sync(self._check_hosts(hosts, selected, catalogue, False, progress, inventory))
-
-    async def _check_hosts(
-        self,
-        hosts: list[Host],
-        selected: list[Check],
-        catalogue: CheckCatalogue,
-        local: bool,
-        progress: Progress | None,
-        inventory: Inventory | None,
-    ) -> list[HostReport]:
-        from bot.runner.engine import diagnose_hosts
-
-        connector = self.connector(local=local, inventory=inventory)
-        return await diagnose_hosts(hosts, connector, selected, catalogue, progress=progress,
-                                    max_parallel_hosts=self.settings.runner_max_parallel_hosts)
+        """Run the catalogue on already authorized hosts, without an audit row (one slice of a group run)."""
+        return self.hosts.check_hosts(hosts, request, progress)
 
 
-def _run_sync(coro: Coroutine[Any, Any, _T]) -> _T:
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coro)
-    with ThreadPoolExecutor(max_workers=1) as pool:  # called from inside an event loop: use a fresh one
-        return pool.submit(asyncio.run, coro).result()
-
-
-def _login() -> str:
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):
-        return "unknown"
+__all__ = ["Explained", "Pipeline", "Progress", "Requester"]

@@ -15,14 +15,12 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Protocol
 
-from bot.models import Evidence, Match, Verdict
+from bot.models import Evidence, Language, Match, Verdict
 from indexer.lexical import tokenize
 from kb.glossary import Glossary, TermHit, has_cjk
 from kb.loader import KnowledgeBase
-
-Language = Literal["en", "zh"]
 
 # A line with any of these is log output, not a question (tracebacks, logger prefixes, timestamps,
 # exception names such as "ValueError", "error:" messages, worker prefixes, shell prompts, quoted output).

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from bot.facts import fact_lines
 from bot.fix_values import fill, note_lines, step_lines
-from bot.i18n import Language, case_cause, case_title, fact_label, localize_note, step_text, t
+from bot.i18n import Language, case_cause, case_title, fact_label, note_text, step_text, t
 from bot.root import cases_affecting, classify, established, read_root, search_phrase, triage
 
 if TYPE_CHECKING:
@@ -186,8 +186,8 @@ def render_text(
     out.append(_c(f"{t('label.verdict', lang)}: {verdict}{score}", d.verdict, color))
     if not question or getattr(d, "root", None) is not None:  # a pasted error line answered as a question
         out.extend(root_lines(d, lang))
-    for note in (*d.distilled.notes, *d.notes):
-        out.append(_c(f"{t('label.note', lang)}: {localize_note(note, lang)}", "dim", color))
+    for worded in (*d.distilled.notes, *(note_text(n, lang) for n in d.notes)):
+        out.append(_c(f"{t('label.note', lang)}: {worded}", "dim", color))
     if not d.matches and question:
         out.append(t("text.no_case_question", lang))
     elif not d.matches:
@@ -217,7 +217,7 @@ def render_text(
             if why:
                 out.append(_c(f"           ({why})", "dim", color))
         for note in m.notes:
-            out.append(_c(f"   {t('label.note', lang)}: {localize_note(note, lang)}", "bold", color))
+            out.append(_c(f"   {t('label.note', lang)}: {note_text(note, lang)}", "bold", color))
         if rank == 1 and d.verdict != "unknown":
             case = doctor.case(m.case_id)
             if lang == "zh" and not case.cause_zh:
@@ -261,7 +261,7 @@ def render_text(
         for i, step in enumerate(explanation.fix_steps, 1):
             out.append(f"  {i}. {step}")
         if explanation.note:
-            out.append(_c(f"{t('label.note', lang)}: {localize_note(explanation.note, lang)}", "dim", color))
+            out.append(_c(f"{t('label.note', lang)}: {explanation.note}", "dim", color))
     out.append("")
     if question:
         out.append(_c(t("text.question_footer", lang, ms=d.elapsed_ms), "dim", color))

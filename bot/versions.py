@@ -4,7 +4,8 @@ Pure functions over typed values: the versions the log printed (bot/facts.py `Lo
 thread where `/vllm-diagnose` ran, the versions the host checks found (bot/slack/thread_facts.py). The log
 wins where both say something: it is the run that failed, the host may have changed since.
 
-Outcomes for one case: a note ("fixed in vllm 0.6.4; this log shows 0.5.3 — upgrading is the fix"), and
+Outcomes for one case: a note (a `bot.models.Note` value, e.g. kind "upgrade": fixed in vllm 0.6.4, the log shows
+0.5.3; the presentation words it, bot/i18n.py), and
 whether the version shown already has the fix (or lies outside `affects`), which the matcher ranks down
 (`MatchParams.fixed_version_penalty`). No version known: nothing.
 """
@@ -18,8 +19,7 @@ from typing import Any, Literal
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from bot.i18n import Language, t
-from bot.models import LogFacts
+from bot.models import LogFacts, Note, NoteKind
 
 # Package name in case YAML → the LogFacts field that holds its version.
 LOG_FIELDS: dict[str, str] = {
@@ -52,7 +52,7 @@ class KnownVersion:
 class VersionCheck:
     """What one case's version fields say about this paste."""
 
-    note: str | None = None
+    note: Note | None = None
     superseded: bool = False  # the version shown already has the fix, or lies outside `affects`: rank down
 
 
@@ -121,15 +121,11 @@ def report_gpus(report: Any) -> int | None:
     return None
 
 
-def _where(known: KnownVersion, lang: Language) -> str:
-    if known.source == "host":
-        return t("version.where_host", lang, host=known.host or "?", shown=known.text)
-    return t("version.where_log", lang, shown=known.text)
+def _note(kind: NoteKind, package: str, version: str, known: KnownVersion) -> Note:
+    return Note(kind, package=package, version=version, shown=known.text, source=known.source, host=known.host)
 
 
-def check_case(
-    affects: Mapping[str, str], fixed_in: Mapping[str, str], versions: Versions, lang: Language = "en"
-) -> VersionCheck:
+def check_case(affects: Mapping[str, str], fixed_in: Mapping[str, str], versions: Versions) -> VersionCheck:
     """The note and rank-down for one case. `fixed_in` speaks first (it says what to do); `affects` only
     when no `fixed_in` entry could be compared."""
     if not versions:
@@ -138,10 +134,9 @@ def check_case(
         known, fixed = versions.get(package), _parse(fixed_text)
         if known is None or fixed is None:
             continue
-        where = _where(known, lang)
         if known.version >= fixed:
-            return VersionCheck(t("version.already_fixed", lang, package=package, fixed=fixed_text, where=where), True)
-        return VersionCheck(t("version.upgrade", lang, package=package, fixed=fixed_text, where=where))
+            return VersionCheck(_note("already_fixed", package, fixed_text, known), True)
+        return VersionCheck(_note("upgrade", package, fixed_text, known))
     for package, spec_text in affects.items():
         known = versions.get(package)
         if known is None:
@@ -150,8 +145,8 @@ def check_case(
             inside = SpecifierSet(spec_text).contains(known.version, prereleases=True)
         except InvalidSpecifier:
             continue
-        key = "version.inside" if inside else "version.outside"
-        return VersionCheck(t(key, lang, package=package, spec=spec_text, where=_where(known, lang)), not inside)
+        kind: NoteKind = "inside_affects" if inside else "outside_affects"
+        return VersionCheck(_note(kind, package, spec_text, known), not inside)
     return VersionCheck()
 
 

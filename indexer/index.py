@@ -1,7 +1,9 @@
 """KBIndex: dense (MiniLM vectors in FAISS) and lexical (BM25) search over KB cases, kept on disk.
 
-Each case is several documents (indexer.documents); a case scores the max over its documents. The
-on-disk format (manifest, data-file generations, directory lock) is in indexer.persist.
+This module is the index's lifecycle: open (load, update or build), upsert/remove/rebuild, persist. The
+query-time ranking over the state it holds is indexer.search; each case is several documents
+(indexer.documents); the on-disk format (manifest, data-file generations, directory lock) is in
+indexer.persist, the in-memory snapshot in indexer.state.
 
 `KBIndex.open()` reuses what it can: vectors are keyed by the sha256 of their document text, so only new
 or changed documents are embedded. Anything unusable (missing, truncated, bad JSON, wrong shape, other
@@ -14,14 +16,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from filelock import FileLock
 
+from indexer import search as ranking
+from indexer.disk import IndexDisk
 from indexer.documents import Document, case_documents, case_hash
 from indexer.encoder import Encoder
 from indexer.lexical import LexicalIndex
@@ -32,47 +34,15 @@ from indexer.persist import (
     MANIFEST_NAME,
     InvalidStoredIndex,
     StoredIndex,
-    acquire_directory_lock,
     read_stored_index,
-    write_generation,
 )
+from indexer.search import EXACT_WINDOW, RRF_K, Hit
 from indexer.state import IndexState
 from indexer.store import KINDS, StoreKind, VectorStore, choose_kind
 from kb.loader import KnowledgeBase
 from kb.schema import Case
 
 log = logging.getLogger(__name__)
-
-RRF_K = 60  # reciprocal-rank constant for the default order of search() results
-# Up to this many documents a query ranks every document (the real KB); above, the store's top
-# candidates (a window of ~4·k·docs-per-case) are aggregated per case. 1024: sorting more costs more than
-# the search itself (bench: 0.4 ms vs 1.2 ms per query at 3,000 documents).
-EXACT_WINDOW = 1024
-_readonly_warned: set[str] = set()
-
-
-# --------------------------------------------------------------------------------------------------
-# results
-
-
-@dataclass(frozen=True)
-class Hit:
-    """One case found by search. Scores are the max over the case's documents.
-
-    dense: cosine similarity in [-1, 1]; bm25: raw BM25 score (≥ 0, unbounded). dense_rank/bm25_rank:
-    1-based rank of the case in that retriever's own ranking, None when it is outside that retriever's
-    top k (or has no BM25 term in common with the query). In dense_search()/lexical_search() the other
-    retriever's fields are None.
-    """
-
-    case_id: str
-    dense: float | None
-    bm25: float | None
-    dense_rank: int | None
-    bm25_rank: int | None
-    best_doc: str  # the document that matched best: "case" or "example:<n>"
-    dense_doc: str | None = None
-    bm25_doc: str | None = None
 
 
 @dataclass(frozen=True)
@@ -104,8 +74,7 @@ class KBIndex:
         self._encoder: Encoder | None = None
         self._store_kind = store_kind
         self._state: IndexState | None = None
-        self._persistent = True
-        self._write_problem = ""  # why the directory cannot be written, once known
+        self._disk = IndexDisk(self.index_dir)
         self._embed_seconds = 0.0  # encoder time of the current operation (for IndexStats)
         self._mutex = threading.RLock()  # one mutation at a time; lazy encoder creation
         self._store_lock = threading.Lock()  # faiss: no search while an HNSW graph grows in place
@@ -150,7 +119,7 @@ class KBIndex:
         """An unpersisted index over precomputed vectors (row i = documents[i]; each case's documents
         contiguous). For benchmarks at sizes one cannot embed, and for tests."""
         index = cls(Path("<memory>"), encoder_factory, store_kind)
-        index._persistent = False
+        index._disk.persistent = False
         matrix = np.ascontiguousarray(vectors, dtype=np.float32)
         if matrix.ndim != 2 or matrix.shape[0] != len(documents):
             raise ValueError(f"{len(documents)} documents but vectors of shape {matrix.shape}")
@@ -179,7 +148,7 @@ class KBIndex:
     @property
     def persistent(self) -> bool:
         """False when the index lives in memory only (unwritable index_dir)."""
-        return self._persistent
+        return self._disk.persistent
 
     def __len__(self) -> int:
         return len(self._state_or_raise().case_ids)
@@ -188,56 +157,25 @@ class KBIndex:
         return case_id in self._state_or_raise().case_hashes
 
     def search(self, query: str, k: int = 10) -> list[Hit]:
-        """Cases from both retrievers: the union of the dense top k and the BM25 top k (so up to 2k hits),
-        each with both scores filled in exactly. Ordered by reciprocal-rank fusion (k=60) as a neutral
-        default; callers fuse the scores as they see fit."""
+        """Cases from both retrievers, both scores filled in (indexer.search.fused)."""
         state = self._state_or_raise()
         if not query.strip() or not state.case_ids or k <= 0:
             return []
-        qv = self._embed_query(query, state)
-        dense = self._dense_ranking(state, qv, k)
-        doc_bm25 = state.lexical.scores(query)
-        lexical = _lexical_ranking(state, doc_bm25, k)
-        dense_rank = {pos: r for r, pos in enumerate(list(dense)[:k], 1)}
-        bm25_rank = {pos: r for r, pos in enumerate(lexical, 1)}
-        hits = []
-        for pos in dict.fromkeys([*dense_rank, *bm25_rank]):
-            d_score, d_row = dense[pos] if pos in dense else self._exact_dense(state, qv, pos)
-            b_score, b_row = lexical[pos] if pos in lexical else _case_best(state, doc_bm25, pos)
-            d_rank, b_rank = dense_rank.get(pos), bm25_rank.get(pos)
-            d_doc = state.docs[d_row].name
-            b_doc = state.docs[b_row].name if b_score > 0 else None
-            lexical_better = b_rank is not None and (d_rank is None or b_rank < d_rank)
-            best = b_doc if lexical_better and b_doc else d_doc
-            hits.append(Hit(state.case_ids[pos], d_score, b_score, d_rank, b_rank, best, d_doc, b_doc))
-        hits.sort(key=lambda h: (-_rrf(h.dense_rank, h.bm25_rank), -(h.dense or 0.0), h.case_id))
-        return hits
+        return ranking.fused(state, self._embed_query(query, state), query, k, self._store_lock)
 
     def dense_search(self, query: str, k: int = 10) -> list[Hit]:
         """Top k cases by embedding similarity only (ablation)."""
         state = self._state_or_raise()
         if not query.strip() or not state.case_ids or k <= 0:
             return []
-        ranking = self._dense_ranking(state, self._embed_query(query, state), k)
-        return [
-            Hit(
-                state.case_ids[pos], score, None, rank, None, state.docs[row].name, state.docs[row].name, None
-            )
-            for rank, (pos, (score, row)) in enumerate(list(ranking.items())[:k], 1)
-        ]
+        return ranking.dense_only(state, self._embed_query(query, state), k, self._store_lock)
 
     def lexical_search(self, query: str, k: int = 10) -> list[Hit]:
         """Top k cases by BM25 only (ablation). Never loads the embedding model."""
         state = self._state_or_raise()
         if not query.strip() or not state.case_ids or k <= 0:
             return []
-        ranking = _lexical_ranking(state, state.lexical.scores(query), k)
-        return [
-            Hit(
-                state.case_ids[pos], None, score, None, rank, state.docs[row].name, None, state.docs[row].name
-            )
-            for rank, (pos, (score, row)) in enumerate(ranking.items(), 1)
-        ]
+        return ranking.lexical_only(state, query, k)
 
     def upsert_case(self, case: Case) -> IndexStats:
         """Add a new case or replace a changed one; only its new/changed documents are embedded."""
@@ -297,36 +235,13 @@ class KBIndex:
         row: np.ndarray = vec[0]
         return row
 
-    def _dense_ranking(self, state: IndexState, qv: np.ndarray, k: int) -> dict[int, tuple[float, int]]:
-        """Cases by their best document's cosine, best first: {case position: (score, row)}, at least k
-        cases when the index has them. Only the store's candidate window is aggregated (no pass over all
-        documents); small indexes (the real KB) put every document in the window."""
-        n_docs = len(state.docs)
-        window = n_docs if n_docs <= EXACT_WINDOW else min(n_docs, max(64, 4 * k * state.max_docs_per_case))
-        while True:
-            with self._store_lock:
-                scores, rows = state.store.search(qv, window)
-            keep = rows < n_docs  # rows appended in place for a newer state are not ours
-            ranking = _first_per_case(state, scores[keep], rows[keep])
-            if window >= n_docs or len(ranking) >= min(k, len(state.case_ids)):
-                return ranking
-            window = min(n_docs, window * 4)
-
-    def _exact_dense(self, state: IndexState, qv: np.ndarray, pos: int) -> tuple[float, int]:
-        """Exact best cosine of one case (a BM25 candidate outside the dense window)."""
-        rows = state.case_rows(pos)
-        with self._store_lock:
-            sims = state.store.reconstruct(list(rows)) @ qv
-        best = int(np.argmax(sims))
-        return float(sims[best]), rows.start + best
-
     # ---------------------------------------------------------------------------- building and loading
 
     def _sync(self, cases: list[Case], force_rebuild: bool, reread: Callable[[], list[Case]] | None = None) -> None:
         """Bring the stored index in line with `cases` (the open() path)."""
         started = time.perf_counter()
         self._embed_seconds = 0.0
-        lock = self._acquire_lock()
+        lock = self._disk.acquire_lock()
         try:
             if reread is not None and lock is not None:
                 cases = reread()  # the KB version this write is for, read under the lock
@@ -382,10 +297,10 @@ class KBIndex:
                 # cases changed in fields that are not searched (severity, references…): no re-embedding,
                 # just record the new hashes so the manifest describes this KB
                 log.info("search index: KB metadata changed, documents unchanged; updating the manifest")
-                state = self._persist(state)
+                state = self._disk.persist(state)
             self._state = state
             self.stats = IndexStats(
-                "loaded", len(order), len(docs), 0, len(docs), time.perf_counter() - started, self._persistent
+                "loaded", len(order), len(docs), 0, len(docs), time.perf_counter() - started, self._disk.persistent
             )
             return
 
@@ -443,7 +358,7 @@ class KBIndex:
             lexical = LexicalIndex.build([d.text for d in docs])
         model_id = self.encoder().model_id
         state = IndexState.assemble(docs, hashes, store, lexical, model_id)
-        state = self._persist(state)
+        state = self._disk.persist(state)
         self._state = state
         action = "built" if stored is None else "updated"
         self.stats = IndexStats(
@@ -453,7 +368,7 @@ class KBIndex:
             len(to_encode),
             len(docs) - len(to_encode),
             time.perf_counter() - started,
-            self._persistent,
+            self._disk.persistent,
             problem or message,
             self._embed_seconds,
         )
@@ -500,8 +415,8 @@ class KBIndex:
             store = VectorStore.build(np.vstack(rows) if rows else empty, kind, dim=state.dim)
         lexical = LexicalIndex.build([d.text for d in docs])
         new_state = IndexState.assemble(docs, hashes, store, lexical, state.model_id)
-        with self._file_lock_for_write():
-            new_state = self._persist(new_state)
+        with self._disk.lock_for_write():
+            new_state = self._disk.persist(new_state)
         self._state = new_state
         self.stats = IndexStats(
             action,
@@ -510,7 +425,7 @@ class KBIndex:
             len(to_encode),
             len(docs) - len(to_encode),
             time.perf_counter() - started,
-            self._persistent,
+            self._disk.persistent,
             reason,
             self._embed_seconds,
         )
@@ -528,85 +443,6 @@ class KBIndex:
         if vectors.ndim != 2 or vectors.shape[0] != len(texts):
             raise ValueError(f"encoder returned shape {vectors.shape} for {len(texts)} texts")
         return vectors
-
-    # ---------------------------------------------------------------------------- disk
-
-    def _acquire_lock(self) -> FileLock | None:
-        """The directory lock, or None when the directory cannot be written: then a valid stored index
-        is still read, and the first write that is needed turns the index memory-only (one warning)."""
-        lock, problem = acquire_directory_lock(self.index_dir)
-        if problem:
-            self._write_problem = problem
-        return lock
-
-    @contextmanager
-    def _file_lock_for_write(self) -> Iterator[None]:
-        """Directory lock for upsert/remove/rebuild; degrades to memory-only like open()."""
-        lock = self._acquire_lock() if self.persistent else None
-        try:
-            yield
-        finally:
-            if lock is not None:
-                lock.release()
-
-    def _go_memory_only(self, why: str) -> None:
-        self._persistent = False
-        key = str(self.index_dir.resolve()) if self.index_dir.exists() else str(self.index_dir)
-        if key not in _readonly_warned:
-            _readonly_warned.add(key)
-            log.warning("search index: %s; keeping the index in memory only", why)
-
-    def _persist(self, state: IndexState) -> IndexState:
-        """Write `state` as a new generation (indexer.persist). Caller holds the directory lock. On
-        failure: memory only."""
-        if not self._persistent:
-            return state
-        if self._write_problem:
-            self._go_memory_only(self._write_problem)
-            return state
-        try:
-            generation = write_generation(self.index_dir, state)
-        except OSError as exc:
-            self._go_memory_only(f"cannot write to {self.index_dir} ({exc.strerror or exc})")
-            return state
-        return replace(state, generation=generation)
-
-
-# --------------------------------------------------------------------------------------------------
-# ranking helpers: per-case aggregation of per-document scores
-
-
-def _first_per_case(state: IndexState, scores: np.ndarray, rows: np.ndarray) -> dict[int, tuple[float, int]]:
-    """Documents sorted best first → each case's first (= best) document, cases in that order."""
-    order = np.lexsort((rows, -scores))  # by score, ties by row: deterministic
-    scores, rows = scores[order], rows[order]
-    cases = state.doc_case[rows]
-    _, first = np.unique(cases, return_index=True)
-    first.sort()
-    return {int(cases[i]): (float(scores[i]), int(rows[i])) for i in first}
-
-
-def _lexical_ranking(state: IndexState, doc_scores: np.ndarray, k: int) -> dict[int, tuple[float, int]]:
-    """Top k cases by their best document's BM25 score (> 0 only), best first. A case has at most
-    max_docs_per_case documents, so the top k × that many documents hold the top k cases."""
-    n_docs = len(doc_scores)
-    m = min(n_docs, k * state.max_docs_per_case)
-    if m <= 0:
-        return {}
-    rows = np.argpartition(-doc_scores, m - 1)[:m] if m < n_docs else np.arange(n_docs)
-    rows = rows[doc_scores[rows] > 0]
-    ranking = _first_per_case(state, doc_scores[rows], rows)
-    return dict(list(ranking.items())[:k])
-
-
-def _case_best(state: IndexState, doc_scores: np.ndarray, pos: int) -> tuple[float, int]:
-    rows = state.case_rows(pos)
-    best = int(np.argmax(doc_scores[rows.start : rows.stop]))
-    return float(doc_scores[rows.start + best]), rows.start + best
-
-
-def _rrf(*ranks: int | None) -> float:
-    return sum(1.0 / (RRF_K + r) for r in ranks if r is not None)
 
 
 # Re-exported: callers and tests import these from indexer.index.

@@ -6,11 +6,15 @@ from __future__ import annotations
 
 import pytest
 
-from bot.i18n import t
-from bot.match import TRUNCATED_ANSWERED_NOTE, TRUNCATED_NOTE
+from bot.cli.main import diagnosis_to_json
+from bot.i18n import note_text, t
+from bot.models import Note
 from kb.loader import load_kb
 
 KB = load_kb()
+TRUNCATED_NOTE = Note("truncated")
+# ... when the answer rests on an error line or a proven fact elsewhere in the paste, not on the cut frames
+TRUNCATED_ANSWERED_NOTE = Note("truncated_answered")
 CAUSES = [c for c in KB.cases if c.role == "cause"]
 SECONDARY = [(c.id, i, ex.log) for c in KB.cases if c.role != "cause" for i, ex in enumerate(c.examples)]
 
@@ -77,7 +81,8 @@ def test_symptom_points_to_the_earlier_root_error(doctor) -> None:
     assert "engine-dead" in ids
     alone = doctor.match(dead)
     assert alone.best is not None and alone.best.case_id == "engine-dead"
-    assert any("does not show the earlier root error" in n for n in alone.best.notes)
+    assert Note("consequence_unseen") in alone.best.notes
+    assert "does not show the earlier root error" in note_text(Note("consequence_unseen"), "en")
     # root error first, symptom later: the symptom's answer names that line
     crash = "ERROR 05-12 01:48:40 [core.py:1] RuntimeError: CUDA error: an illegal memory access was encountered"
     d = doctor.match(crash + "\n" + dead)
@@ -140,7 +145,8 @@ def test_a_symptom_that_is_the_whole_paste_is_not_displaced_by_a_look_alike_caus
     line = "ValueError: Model architectures ['Qwen2ForCausalLM'] failed to be inspected. Please check the logs for more details."
     alone = doctor.match(line)
     assert alone.best is not None and alone.best.case_id == "model-inspection-failed"
-    assert any("does not show the earlier root error" in n for n in alone.best.notes)
+    assert Note("consequence_unseen") in alone.best.notes
+    assert "does not show the earlier root error" in note_text(Note("consequence_unseen"), "en")
     child = "ImportError: libcudart.so.12: cannot open shared object file: No such file or directory"
     both = doctor.match(child + "\n" + line)
     assert both.best is not None and both.best.case_id == "cuda-runtime-lib-missing"
@@ -220,16 +226,16 @@ def test_version_in_the_log_is_read_against_fixed_in(doctor) -> None:
     ranking = matcher.rank(distill(old), facts=read_facts(old))
     best = ranking.matches[0]
     assert best.case_id == "cuda-reinit-forked-subprocess"
-    assert "fixed in vllm 0.6.4; this log shows 0.5.3.post1 — upgrading is the fix" in best.notes
+    assert "fixed in vllm 0.6.4; this log shows 0.5.3.post1 — upgrading is the fix" in [note_text(n, "en") for n in best.notes]
     new = old.replace("0.5.3.post1", "0.7.2")
     ranked_new = matcher.rank(distill(new), facts=read_facts(new)).matches
     fixed = next(m for m in ranked_new if m.case_id == "cuda-reinit-forked-subprocess")
     assert fixed.score < best.score and fixed.scores["fixed_version"] < 0
-    assert any("already has the fix" in n for n in fixed.notes)
+    assert any(n.kind == "already_fixed" for n in fixed.notes)
     outside = _matcher_with(doctor, "cuda-reinit-forked-subprocess", affects={"vllm": "<0.6"})
     m = next(m for m in outside.rank(distill(new), facts=read_facts(new)).matches
              if m.case_id == "cuda-reinit-forked-subprocess")
-    assert any("outside that range" in n for n in m.notes)
+    assert any("outside that range" in note_text(n, "en") for n in m.notes)
 
 
 def test_two_failures_the_earliest_root_error_is_the_answer(doctor) -> None:
@@ -254,16 +260,19 @@ def test_a_fingerprint_after_an_unexplained_earlier_traceback_is_not_confident(d
     later = KB.by_id()["kv-cache-no-memory"].examples[0].log
     d = doctor.match(UNCOVERED_CRASH + "\n" + later)
     assert d.matches[0].case_id == "kv-cache-no-memory" and d.verdict != "match"
-    assert any("two failures" in n and "line 4" in n for n in d.notes), d.notes
+    assert Note("two_failures", line=4, case_id="kv-cache-no-memory") in d.notes, d.notes
     alone = doctor.match(later + "\n" + UNCOVERED_CRASH)  # the fingerprint comes first: it is the answer
     assert alone.matches[0].case_id == "kv-cache-no-memory" and alone.verdict == "match"
 
 
 def test_truncated_note_is_in_the_language_of_the_paste(doctor) -> None:
+    """Ranking returns the note as a value; --json words it in the paste's language."""
     cut = _cut_before_exception(KB.by_id()["bf16-unsupported-pre-ampere"].examples[1].log)
     d = doctor.match("我的服务启动时报错了，下面是日志：\n" + cut)
     assert d.distilled.language == "zh" and d.distilled.truncated
-    assert t("note.truncated", "zh") in d.notes and TRUNCATED_NOTE not in d.notes
+    assert TRUNCATED_NOTE in d.notes and TRUNCATED_ANSWERED_NOTE not in d.notes
+    shown = diagnosis_to_json(d)["notes"]
+    assert t("note.truncated", "zh") in shown and t("note.truncated", "en") not in shown
 
 
 def test_symptom_note_is_in_the_language_of_the_paste(doctor) -> None:
@@ -272,8 +281,12 @@ def test_symptom_note_is_in_the_language_of_the_paste(doctor) -> None:
     zh = doctor.match("服务跑着跑着就挂了，日志如下，请帮忙看看：\n" + symptom)
     engine_en = next(m for m in en.matches if m.case_id == "engine-dead")
     engine_zh = next(m for m in zh.matches if m.case_id == "engine-dead")
-    assert any(n.startswith("this is a consequence") for n in engine_en.notes), engine_en.notes
-    assert zh.distilled.language == "zh" and any(n.startswith("这是后果") for n in engine_zh.notes), engine_zh.notes
+    assert any(n.kind.startswith("consequence") for n in engine_en.notes), engine_en.notes
+    assert [n.kind for n in engine_zh.notes] == [n.kind for n in engine_en.notes]  # values: words are the edge's
+    said_en = next(j for j in diagnosis_to_json(en)["matches"] if j["case_id"] == "engine-dead")["notes"]
+    said_zh = next(j for j in diagnosis_to_json(zh)["matches"] if j["case_id"] == "engine-dead")["notes"]
+    assert any(n.startswith("this is a consequence") for n in said_en), said_en
+    assert zh.distilled.language == "zh" and any(n.startswith("这是后果") for n in said_zh), said_zh
 
 
 # A traceback cut under `raise ValueError(` in _verify_quantization: its exception line is gone.
@@ -325,7 +338,7 @@ def test_an_earlier_error_line_of_another_area_marks_two_failures(doctor) -> Non
     later = KB.by_id()["kv-cache-no-memory"].examples[0].log
     d = doctor.match(unauthorized + "\n" + later)
     assert d.matches[0].case_id == "kv-cache-no-memory" and d.verdict == "uncertain"
-    assert any(n.startswith("two failures: the error on line 1") for n in d.notes), d.notes
+    assert any(n.kind == "two_failures" and n.line == 1 for n in d.notes), d.notes
     assert doctor.match(later).verdict == "match"  # alone, the fingerprint is a confident answer
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from bot.distill import distill
-from bot.i18n import t
 from bot.match import SignatureScanner
+from bot.models import Note
 from kb.loader import load_kb
 
 KB = load_kb()
@@ -40,7 +40,7 @@ def test_each_example_is_diagnosed_as_its_case(doctor, case_id: str, n: int, log
         assert ids and ids[0] == case_id, f"{case_id}#{n} ranked {ids[:3]} ({d.verdict})"
         if d.distilled.truncated and d.verdict != "match":
             # a real paste cut inside its traceback: answered from its frames, at most "uncertain", and said so
-            assert d.verdict == "uncertain" and t("note.truncated", d.distilled.language) in d.notes
+            assert d.verdict == "uncertain" and Note("truncated") in d.notes
         else:
             assert d.verdict == "match"
 

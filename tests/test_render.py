@@ -8,8 +8,11 @@ from bot.render import render_text
 
 class _Case:
     cause = "Nothing was left for the KV cache.\n  Second   line."
+    cause_zh = ""  # no Chinese text yet: a Chinese answer shows the English
 
     class _Step:
+        text_zh = ""
+
         def __init__(self, text: str, command: str | None) -> None:
             self.text, self.command = text, command
 
@@ -69,17 +72,20 @@ def test_colour_only_when_asked() -> None:
 def test_facts_notes_and_also_noticed_are_printed() -> None:
     from dataclasses import replace
 
-    from bot.models import LogFacts
+    from bot.models import LogFacts, Note
 
     d = _diagnosis("uncertain", 0.6)
-    best = replace(d.matches[0], notes=("fixed in vllm 0.6.4; this log shows 0.5.3 — upgrading is the fix",))
+    best = replace(d.matches[0], notes=(Note("upgrade", package="vllm", version="0.6.4", shown="0.5.3"),))
     noticed = Match("enforce-eager-cuda-graphs-off", "Slow decoding", "慢", "performance", 0.7, True,
                     evidence=(Evidence(2, "To see benefits of async output processing", "signature: x"),))
-    d = replace(d, matches=(best,), also_noticed=(noticed,), notes=("the final error line is missing",),
+    d = replace(d, matches=(best,), also_noticed=(noticed,), notes=(Note("two_failures", line=4, case_id="x"),),
                 facts=LogFacts(vllm_version="0.5.3", gpu_blocks=0, sources={"vllm_version": 1, "gpu_blocks": 3}))
     lines = render_text(d, _Doctor()).splitlines()
-    assert "note: the final error line is missing" in lines
+    assert ("note: two failures: the error on line 4 came first and reads like another problem; x is matched only "
+            "after it") in lines
     assert "   note: fixed in vllm 0.6.4; this log shows 0.5.3 — upgrading is the fix" in lines
+    zh = render_text(d, _Doctor(), lang="zh").splitlines()  # the notes are values: worded in the answer's language
+    assert "   说明: 已在 vllm 0.6.4 中修复；这段日志显示的是 0.5.3 — 升级即可解决" in zh
     assert "  - enforce-eager-cuda-graphs-off — Slow decoding (L2)" in lines
     at = lines.index("What the log says about your setup:")
     assert lines[at + 1:at + 3] == ["  vLLM: 0.5.3", "  GPU blocks: 0"]

@@ -9,8 +9,8 @@ import pytest
 
 from bot.distill import distill
 from bot.facts import read_facts
-from bot.i18n import localize_note, t
-from bot.models import COMPONENTS, Evidence, Match
+from bot.i18n import note_text, t
+from bot.models import COMPONENTS, Evidence, Match, Note
 from bot.render import shown_scores
 from bot.root import classify, read_root, search_phrase
 from kb.glossary import default_glossary
@@ -197,13 +197,28 @@ def test_triage_is_bilingual_read_only_and_names_real_host_checks() -> None:
     assert not read_only("echo x > /etc/hosts") and read_only("dmesg -T | grep -i xid 2>/dev/null")
 
 
-def test_notes_follow_the_answer_language_not_the_paste() -> None:
-    english = t("note.consequence", "en", line=12)
-    assert localize_note(english, "zh") == t("note.consequence", "zh", line=12)
-    upgrade = t("version.upgrade", "en", package="vllm", fixed="0.6.4", where=t("version.where_log", "en", shown="0.5.3"))
-    assert localize_note(upgrade, "zh") == t("version.upgrade", "zh", package="vllm", fixed="0.6.4",
-                                             where=t("version.where_log", "zh", shown="0.5.3"))
-    assert localize_note("something else", "zh") == "something else"
+def test_notes_are_values_worded_in_the_answer_language() -> None:
+    consequence = Note("consequence", line=12)
+    assert note_text(consequence, "en") == t("note.consequence", "en", line=12) == (
+        "this is a consequence; the earlier error on line 12 is the cause to fix")
+    assert note_text(consequence, "zh") == t("note.consequence", "zh", line=12)
+    upgrade = Note("upgrade", package="vllm", version="0.6.4", shown="0.5.3")
+    assert note_text(upgrade, "zh") == t("version.upgrade", "zh", package="vllm", fixed="0.6.4",
+                                         where=t("version.where_log", "zh", shown="0.5.3"))
+    on_host = Note("inside_affects", package="torch", version="<2.5", shown="2.4.0", source="host", host="gpu-01")
+    assert note_text(on_host, "en") == "known in torch <2.5; host gpu-01 has 2.4.0, inside that range"
+    assert note_text(Note("two_failures", line=4, case_id="oom"), "en").startswith("two failures: the error on line 4")
+
+
+def test_every_note_kind_is_worded_in_both_languages() -> None:
+    from typing import get_args
+
+    from bot.models import NoteKind
+
+    for kind in get_args(NoteKind):
+        note = Note(kind, line=3, case_id="c", package="vllm", version="0.6.4", shown="0.5.3")
+        en, zh = note_text(note, "en"), note_text(note, "zh")
+        assert en and zh and en != zh and "{" not in en + zh, kind
 
 
 def test_scores_shown_follow_the_order() -> None:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 from bot.errors import DoctorError, UserInputError
 
 if TYPE_CHECKING:
+    from bot.models import Language
     from bot.pipeline import Pipeline
     from bot.settings import Settings
 
@@ -78,7 +79,10 @@ def _quote(text: str) -> str:
     return f"{text[:MATCH_EVIDENCE_CHARS]} … [{len(text) - MATCH_EVIDENCE_CHARS} more characters]"
 
 
-def match_to_json(m: Any, full: bool = True) -> dict[str, Any]:
+def match_to_json(m: Any, full: bool = True, lang: Language = "en") -> dict[str, Any]:
+    """lang: the language the match's notes are worded in (--json words them in the paste's language)."""
+    from bot.i18n import note_text
+
     out = {
         "case_id": m.case_id,
         "title": m.title,
@@ -87,7 +91,7 @@ def match_to_json(m: Any, full: bool = True) -> dict[str, Any]:
     }
     if full:
         out.update(title_zh=m.title_zh, area=m.area, signature_hit=m.signature_hit, scores=m.scores,
-                   notes=list(m.notes))
+                   notes=[note_text(n, lang) for n in m.notes])
     return out
 
 
@@ -129,16 +133,19 @@ def diagnosis_to_json(d: Any, explanation: Any = None, language: str | None = No
                       case: Any = None) -> dict[str, Any]:
     """language: the answer's language (--lang, the setting, else the paste's); defaults to the paste's.
     case: the best match's KB case, for its fix steps filled from the log (added keys "fix", "fix_values")."""
+    from bot.i18n import note_text
+
+    said = d.distilled.language  # notes are worded in the paste's language, whatever the answer's
     return {
         **fix_to_json(d, case),
         "verdict": d.verdict,
         "kind": getattr(d, "kind", "log"),
         "root": root_to_json(d),
-        "matches": [match_to_json(m) for m in d.matches],
+        "matches": [match_to_json(m, lang=said) for m in d.matches],
         "evidence": [{"line": e.line_no, "text": e.text, "kind": e.kind} for e in d.distilled.evidence],
         "language": language or d.distilled.language,
-        "notes": [*d.distilled.notes, *d.notes],
-        "also_noticed": [match_to_json(m) for m in d.also_noticed],
+        "notes": [*d.distilled.notes, *(note_text(n, said) for n in d.notes)],
+        "also_noticed": [match_to_json(m, lang=said) for m in d.also_noticed],
         "facts": facts_to_json(d),
         "truncated": d.distilled.truncated,
         "total_lines": d.distilled.total_lines,

@@ -216,14 +216,14 @@ def test_setup_facts_notes_and_also_noticed_are_shown_and_escaped() -> None:
     text read from the paste, so all go through escaping."""
     from dataclasses import replace
 
-    from bot.models import LogFacts
+    from bot.models import LogFacts, Note
 
     base = make_diagnosis()
-    best = replace(base.matches[0], notes=(f"fixed in vllm 0.6.4; this log shows {INJECTION}",))
+    best = replace(base.matches[0], notes=(Note("upgrade", package="vllm", version="0.6.4", shown=INJECTION),))
     noticed = make_match("enforce-eager-cuda-graphs-off", f"Slow decoding {INJECTION}", 0.7)
     facts = LogFacts(vllm_version="0.5.3", model=f"org/{INJECTION}", gpu_blocks=0, max_model_len=4096)
     diagnosis = replace(base, matches=(best, *base.matches[1:]), also_noticed=(noticed,), facts=facts,
-                        notes=(f"the paste ends inside a traceback {INJECTION}",))
+                        notes=(Note("truncated"), Note("two_failures", line=3, case_id=INJECTION)))
     message = blocks.answer(diagnosis, answer_id="x", case=make_case())
     assert_valid(message.blocks)
     by_id = {b.get("block_id"): json.dumps(b, ensure_ascii=False) for b in message.blocks}
@@ -231,6 +231,6 @@ def test_setup_facts_notes_and_also_noticed_are_shown_and_escaped() -> None:
     assert "vLLM: 0.5.3" in by_id["setup"] and "GPU blocks: 0" in by_id["setup"] and "max_model_len: 4096" in by_id["setup"]
     assert "Also noticed" in by_id["noticed"] and "enforce-eager-cuda-graphs-off" in by_id["noticed"]
     assert "fixed in vllm 0.6.4" in by_id["case_notes"]
-    assert "ends inside a traceback" in by_id["verdict"]
+    assert "ends inside a traceback" in by_id["verdict"] and "two failures" in by_id["verdict"]
     text = json.dumps(message.blocks, ensure_ascii=False)
     assert not SPECIAL_MENTION_RE.search(text) and "<https://evil" not in text

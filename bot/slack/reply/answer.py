@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from bot.fix_values import fill, note_lines, step_lines
-from bot.i18n import Language, as_language, case_cause, localize_note, step_text, t
+from bot.i18n import Language, as_language, case_cause, note_text, step_text, t
 from bot.models import Component, Diagnosis, Match
 from bot.render import answer_root, fact_text, shown_scores
 from bot.root import established, read_root, search_phrase, triage
@@ -124,7 +124,7 @@ def answer(
                       pct=_percent(best.score))
         head += f"\n{case_line}"
     for note in diagnosis.notes[:2]:  # e.g. the paste ends inside a traceback
-        head += f"\n:warning: {escape_limited(localize_note(note, lang), 300)[0]}"
+        head += f"\n:warning: {escape_limited(note_text(note, lang), 300)[0]}"
     if asker:
         head = f"{user_mention(asker)} {head}"
     blocks.append(_section(head, "verdict"))
@@ -175,7 +175,7 @@ def answer(
             fitted = _fit_lines(case, diagnosis, lang, from_case=not getattr(explanation, "fix_steps", None))
             if fitted:
                 blocks.append(_context(fitted, "fix_values"))
-        notes = [escape_limited(localize_note(n, lang), 300)[0] for n in best.notes]
+        notes = [escape_limited(note_text(n, lang), 300)[0] for n in best.notes]
         if notes:
             blocks.append(_context([f":pushpin: {n}" for n in notes[:3]], "case_notes"))
         others = [m for m in diagnosis.matches[1:4]]
