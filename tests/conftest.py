@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "vllm_server" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.vllm)
+
+
+@pytest.fixture(autouse=True)
+def _settings_read_per_test() -> Iterator[None]:
+    """The CLI reads settings once per process (bot.settings.get_settings is cached); a test that sets
+    VLLM_DOCTOR_* variables must not see what an earlier test on the same worker read."""
+    from bot.settings import get_settings
+
+    get_settings.cache_clear()
+    yield
+    get_settings.cache_clear()
 
 
 @pytest.fixture(scope="session")
