@@ -334,7 +334,8 @@ class Matcher:
         s = self._read_paste(distilled, mode, facts, versions)
         entries = [
             self._entry(case, s, distilled)
-            for case_id in set(s.sig_hits) | set(s.retrieval) | set(s.proven) | set(s.frame_scores)
+            # sorted: equal scores then rank the same in every process (a set's order follows the hash seed)
+            for case_id in sorted(set(s.sig_hits) | set(s.retrieval) | set(s.proven) | set(s.frame_scores))
             if (case := self.cases.get(case_id)) is not None
         ]
         # An advisory whose signature fired on a paste that crashed for another reason is noticed, not an answer.

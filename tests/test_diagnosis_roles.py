@@ -388,3 +388,22 @@ def test_a_traceback_cut_off_by_later_output_is_still_read_from_its_frames(docto
     d = doctor.match(CUT_IN_VERIFY_QUANTIZATION + "\n" + later)
     assert d.matches[0].case_id == "quantization-method-mismatch", [(m.case_id, m.score) for m in d.matches[:3]]
     assert "frames" in d.matches[0].scores and d.verdict != "match"  # frames alone are a guess
+
+
+def test_equal_scores_rank_alike_whatever_the_hash_seed(tmp_path) -> None:
+    """Candidates with equal scores come out in one order in every process (they were gathered in a set, whose
+    order follows PYTHONHASHSEED): the same paste gets the same answer twice."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    log = Path(__file__).parent / "fit_fixtures" / "nfs-stale-handle.log"
+    orders = []
+    for seed in ("1", "2", "3"):
+        env = {**os.environ, "PYTHONHASHSEED": seed, "HF_HUB_OFFLINE": "1"}
+        done = subprocess.run([sys.executable, "-m", "bot", "explain", str(log), "--no-llm", "--json"],
+                              capture_output=True, text=True, env=env, timeout=300, check=True)
+        orders.append([m["case_id"] for m in json.loads(done.stdout)["matches"]])
+    assert orders[0] and orders[0] == orders[1] == orders[2]
