@@ -162,6 +162,13 @@ class CoreSettings(BaseModel):
         "to 'fixed'.",
     )
     ranker_path: Path | None = Field(None, description="Another ranker artifact than the shipped one.")
+    query_adapter: Literal["on", "off"] = Field(
+        "off",
+        description="'on': the dense query embedding is mapped by the adapter trained on (log, case) pairs "
+        "(kb/ranker/query_adapter.npz, `vllm-doctor train`) before it is compared with the KB's documents. A "
+        "missing, damaged or foreign artifact gives the plain dense scores and one warning line.",
+    )
+    query_adapter_path: Path | None = Field(None, description="Another query adapter artifact than the shipped one.")
 
     @model_validator(mode="after")
     def _uncertain_below_match(self) -> CoreSettings:

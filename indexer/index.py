@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 from filelock import FileLock
@@ -36,6 +37,7 @@ from indexer.persist import (
     read_stored_index,
     write_generation,
 )
+from indexer.query_adapter import QueryAdapter
 from indexer.state import IndexState
 from indexer.store import KINDS, StoreKind, VectorStore, choose_kind
 from kb.loader import KnowledgeBase
@@ -49,6 +51,8 @@ RRF_K = 60  # reciprocal-rank constant for the default order of search() results
 # the search itself (bench: 0.4 ms vs 1.2 ms per query at 3,000 documents).
 EXACT_WINDOW = 1024
 _readonly_warned: set[str] = set()
+# Which query adapter a search uses: the index's own (set_query_adapter), none, or the one given.
+AdapterChoice = QueryAdapter | Literal["index", "none"]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -110,6 +114,7 @@ class KBIndex:
         self._mutex = threading.RLock()  # one mutation at a time; lazy encoder creation
         self._store_lock = threading.Lock()  # faiss: no search while an HNSW graph grows in place
         self.stats: IndexStats | None = None
+        self._adapter: QueryAdapter | None = None  # maps dense query vectors (indexer.query_adapter)
 
     # ---------------------------------------------------------------------------- public API
 
@@ -187,14 +192,53 @@ class KBIndex:
     def __contains__(self, case_id: object) -> bool:
         return case_id in self._state_or_raise().case_hashes
 
-    def search(self, query: str, k: int = 10) -> list[Hit]:
+    @property
+    def query_adapter(self) -> QueryAdapter | None:
+        return self._adapter
+
+    def set_query_adapter(self, adapter: QueryAdapter | None) -> str:
+        """Map dense query vectors with `adapter` from now on (None: plain MiniLM vectors). An adapter for
+        another model or dimension is refused: today's dense scores and one warning line, returned too
+        ('' when accepted). One trained against another case set is used, with a warning: new cases are
+        still scored densely (the documents are not mapped), but `vllm-doctor train` should be rerun."""
+        state = self._state_or_raise()
+        if adapter is None:
+            self._adapter = None
+            return ""
+        problem = adapter.problem(state.model_id, state.dim)
+        if problem:
+            self._adapter = None
+            message = f"query adapter off, plain dense scores used: {problem}"
+            log.warning(message)
+            return message
+        self._adapter = adapter
+        if adapter.stale(state.case_ids):
+            message = "query adapter was trained against another set of cases (run `vllm-doctor train`)"
+            log.warning(message)
+            return message
+        return ""
+
+    def document_vectors(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every document's vector (row order) and the case position of each row (see case_ids)."""
+        state = self._state_or_raise()
+        with self._store_lock:
+            vectors = state.store.reconstruct(list(range(len(state.docs)))) if state.docs else np.zeros(
+                (0, state.dim), np.float32)
+        return np.asarray(vectors, dtype=np.float32), state.doc_case.copy()
+
+    def embed_queries(self, queries: list[str]) -> np.ndarray:
+        """Plain (unadapted) query embeddings, n × dim (for training the query adapter)."""
+        return self._encode(queries) if queries else np.zeros((0, self._state_or_raise().dim), np.float32)
+
+    def search(self, query: str, k: int = 10, *, adapter: AdapterChoice = "index") -> list[Hit]:
         """Cases from both retrievers: the union of the dense top k and the BM25 top k (so up to 2k hits),
         each with both scores filled in exactly. Ordered by reciprocal-rank fusion (k=60) as a neutral
-        default; callers fuse the scores as they see fit."""
+        default; callers fuse the scores as they see fit. The dense query vector is mapped by the query
+        adapter (`adapter`: the index's own by default, "none", or another one: the k-fold evaluation)."""
         state = self._state_or_raise()
         if not query.strip() or not state.case_ids or k <= 0:
             return []
-        qv = self._embed_query(query, state)
+        qv = self._dense_query(query, state, adapter)
         dense = self._dense_ranking(state, qv, k)
         doc_bm25 = state.lexical.scores(query)
         lexical = _lexical_ranking(state, doc_bm25, k)
@@ -213,12 +257,12 @@ class KBIndex:
         hits.sort(key=lambda h: (-_rrf(h.dense_rank, h.bm25_rank), -(h.dense or 0.0), h.case_id))
         return hits
 
-    def dense_search(self, query: str, k: int = 10) -> list[Hit]:
+    def dense_search(self, query: str, k: int = 10, *, adapter: AdapterChoice = "index") -> list[Hit]:
         """Top k cases by embedding similarity only (ablation)."""
         state = self._state_or_raise()
         if not query.strip() or not state.case_ids or k <= 0:
             return []
-        ranking = self._dense_ranking(state, self._embed_query(query, state), k)
+        ranking = self._dense_ranking(state, self._dense_query(query, state, adapter), k)
         return [
             Hit(
                 state.case_ids[pos], score, None, rank, None, state.docs[row].name, state.docs[row].name, None
@@ -295,6 +339,15 @@ class KBIndex:
         if vec.shape != (1, state.dim):
             raise ValueError(f"encoder returned shape {vec.shape}, index dimension is {state.dim}")
         return vec[0]
+
+    def _dense_query(self, query: str, state: IndexState, adapter: AdapterChoice) -> np.ndarray:
+        """The query's vector for the dense path: embedded, then mapped by the chosen adapter (only the
+        query: document vectors stay as stored)."""
+        qv = self._embed_query(query, state)
+        chosen = self._adapter if adapter == "index" else None if adapter == "none" else adapter
+        if isinstance(chosen, QueryAdapter) and chosen.dim == qv.shape[0]:
+            return chosen.apply(qv)
+        return qv
 
     def _dense_ranking(self, state: IndexState, qv: np.ndarray, k: int) -> dict[int, tuple[float, int]]:
         """Cases by their best document's cosine, best first: {case position: (score, row)}, at least k
