@@ -104,7 +104,8 @@ class QueryAdapter:
         """Read an artifact; AdapterError (one sentence) when it is missing or damaged."""
         path = Path(path)
         try:
-            with np.load(path, allow_pickle=False) as data:
+            raw = path.read_bytes()  # read first: np.load leaves the file open when the zip is damaged
+            with np.load(io.BytesIO(raw), allow_pickle=False) as data:
                 weight = np.asarray(data["weight"], dtype=np.float32)
                 meta = json.loads(str(data["meta"]))
         except FileNotFoundError:
@@ -239,4 +240,6 @@ def train(
     return QueryAdapter(w.astype(np.float32), model_id, case_set, seed, len(q), tuple(losses))
 
 
-__all__ = ["DEFAULT_ARTIFACT", "AdapterError", "load_checked", "QueryAdapter", "case_set_hash", "loss_and_grad", "train"]
+__all__ = [
+    "DEFAULT_ARTIFACT", "AdapterError", "QueryAdapter", "case_set_hash", "load_checked", "loss_and_grad", "train",
+]
