@@ -529,7 +529,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kfold", action="store_true", help="print the held-back ablation table instead of training")
     p.add_argument("--folds", type=int, default=5)
     p.add_argument("--blind", help="with --kfold: also score this blind file once, trained on all labelled logs")
-    p.add_argument("--adapter-lambda", type=float, default=0.01,
+    p.add_argument("--adapter-lambda", type=float, default=0.1,
                    help="query adapter: pull of W toward the identity (indexer/query_adapter.py)")
     p.add_argument("--adapter-steps", type=int, default=300, help="query adapter: Adam steps")
     p.add_argument("--json", action="store_true")
