@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from indexer_support import CORE_CASES, index_warnings, make_kb, real_encoder
 
 from bot.eval_tuning import CachedMatching, LabelledLog, assign_folds
 from bot.ranker_train import AdaptedIndex, AdapterData, kfold_adapter
@@ -22,7 +23,6 @@ from indexer.query_adapter import (
     loss_and_grad,
     train,
 )
-from tests.indexer_support import CORE_CASES, index_warnings, make_kb, real_encoder
 
 QUERIES = {
     "memory/kv-cache-no-memory": "ValueError: No available memory for the cache blocks. Try increasing "
