@@ -163,10 +163,11 @@ class CoreSettings(BaseModel):
     )
     ranker_path: Path | None = Field(None, description="Another ranker artifact than the shipped one.")
     query_adapter: Literal["on", "off"] = Field(
-        "off",
-        description="'on': the dense query embedding is mapped by the adapter trained on (log, case) pairs "
-        "(kb/ranker/query_adapter.npz, `vllm-doctor train`) before it is compared with the KB's documents. A "
-        "missing, damaged or foreign artifact gives the plain dense scores and one warning line.",
+        "on",
+        description="'on' (default): the dense query embedding is mapped by the adapter trained on (log, case) "
+        "pairs (kb/ranker/query_adapter.npz, `vllm-doctor train`) before it is compared with the KB's documents; "
+        "held-back it raised fused top-1 0.840 → 0.850 with no more confident-wrong answers (docs/matching.md). "
+        "'off': plain MiniLM. A missing, damaged or foreign artifact gives the plain dense scores and one warning.",
     )
     query_adapter_path: Path | None = Field(None, description="Another query adapter artifact than the shipped one.")
 

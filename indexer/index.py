@@ -51,6 +51,7 @@ RRF_K = 60  # reciprocal-rank constant for the default order of search() results
 # the search itself (bench: 0.4 ms vs 1.2 ms per query at 3,000 documents).
 EXACT_WINDOW = 1024
 _readonly_warned: set[str] = set()
+_stale_adapter_warned: set[str] = set()
 # Which query adapter a search uses: the index's own (set_query_adapter), none, or the one given.
 AdapterChoice = QueryAdapter | Literal["index", "none"]
 
@@ -214,7 +215,10 @@ class KBIndex:
         self._adapter = adapter
         if adapter.stale(state.case_ids):
             message = "query adapter was trained against another set of cases (run `vllm-doctor train`)"
-            log.warning(message)
+            key = f"{adapter.case_set}:{len(state.case_ids)}"
+            if key not in _stale_adapter_warned:  # once per process and case set, not on every KB reload
+                _stale_adapter_warned.add(key)
+                log.warning(message)
             return message
         return ""
 

@@ -228,8 +228,10 @@ def test_the_kfold_never_trains_a_folds_adapter_on_that_folds_logs(small) -> Non
     for f, ids in trained_on.items():
         held = {it.id for it, g in zip(items, folds, strict=True) if g == f}
         others = {it.id for it, g in zip(items, folds, strict=True) if g != f}
+        assert set(seen[f]) == others  # the trainer is handed the other folds, all of them
         assert ids and not set(ids) & held
-        assert set(ids) == others  # every other fold's covered log, none of this fold's
+        # every other fold's log of a case in the index, none of this fold's
+        assert set(ids) == {it.id for it in items if it.id in others and it.expected in index}
 
 
 def _facts(log: str):
@@ -257,3 +259,16 @@ def test_path_constant_points_into_the_kb_package() -> None:
     from indexer.query_adapter import DEFAULT_ARTIFACT
 
     assert DEFAULT_ARTIFACT.parent == Path(__file__).resolve().parent.parent / "kb" / "ranker"
+
+
+def test_the_shipped_adapter_is_for_the_bundled_kb_and_the_default_encoder_and_small() -> None:
+    from bot.settings import Settings
+    from indexer.query_adapter import DEFAULT_ARTIFACT
+    from kb.loader import load_kb
+
+    adapter = QueryAdapter.load(DEFAULT_ARTIFACT)
+    assert DEFAULT_ARTIFACT.stat().st_size < 1_000_000
+    assert not adapter.stale(c.id for c in load_kb().cases), "KB cases changed: run `vllm-doctor train`"
+    assert adapter.dim == 384 and adapter.model_id.startswith("all-MiniLM-L6-v2")
+    assert adapter.model_id.endswith(":onnx") == (Settings().encoder == "onnx")
+    assert adapter.trained_on >= 400
