@@ -268,12 +268,19 @@ class AdaptedIndex:
     """The KB index searched with a chosen query adapter ("none": the plain dense scores), whatever the index's
     own setting is: the k-fold scores each fold with the adapter trained on the other folds."""
 
-    def __init__(self, index: KBIndex, adapter: AdapterChoice):
+    def __init__(self, index: KBIndex, adapter: AdapterChoice, vectors: dict[str, np.ndarray] | None = None):
         self.index = index
         self.adapter = adapter
+        self.vectors = vectors  # plain query embeddings shared between folds (each query embedded once)
 
     def search(self, query: str, k: int = 10) -> Sequence[SearchHit]:
-        hits: Sequence[SearchHit] = self.index.search(query, k, adapter=self.adapter)  # type: ignore[assignment]
+        vector = None
+        if self.vectors is not None and query.strip():
+            if query not in self.vectors:
+                self.vectors[query] = self.index.embed_queries([query])[0]
+            vector = self.vectors[query]
+        hits: Sequence[SearchHit] = self.index.search(  # type: ignore[assignment]
+            query, k, adapter=self.adapter, vector=vector)
         return hits
 
 
@@ -286,7 +293,7 @@ class AdapterData:
         self.index = index
         self.docs, self.doc_case = index.document_vectors()
         self.position = {c: i for i, c in enumerate(index.case_ids)}
-        self._vectors: dict[str, np.ndarray] = {}
+        self._vectors: dict[str, np.ndarray] = {}  # plain query embeddings, shared with AdaptedIndex
 
     def pairs(self, items: Sequence[LabelledLog]) -> tuple[list[str], list[str], list[int]]:
         """(ids, queries, case positions) of the items this adapter can learn from: covered, distilled."""
@@ -318,6 +325,12 @@ class AdapterData:
             model_id=self.index.model_id, case_set=case_set_hash(self.index.case_ids))
         return adapter, ids
 
+    def adapted(self, kb: KnowledgeBase, adapter: QueryAdapter) -> CachedMatching:
+        """A CachedMatching that searches with this adapter: the shared distillations, a fresh search memo."""
+        adapted = CachedMatching(kb, AdaptedIndex(self.index, adapter, self._vectors), self.matching.distilled_fn)
+        adapted.restore((self.matching.snapshot()[0], {}))
+        return adapted
+
 
 AdapterTrainer = Callable[[Sequence[LabelledLog]], tuple[QueryAdapter, list[str]]]
 
@@ -329,16 +342,36 @@ def kfold_adapter(matching: CachedMatching, kb: KnowledgeBase, index: KBIndex, i
     Also returns, per fold, the ids its adapter was trained on."""
     folds = assign_folds(items, k)
     snapshot = matching.snapshot()
+    vectors: dict[str, np.ndarray] = {}
     pooled: list[Outcome] = []
     trained_on: dict[int, list[str]] = {}
     for f in sorted(set(folds)):
         train_items = [it for it, g in zip(items, folds, strict=True) if g != f]
         held = [it for it, g in zip(items, folds, strict=True) if g == f]
         adapter, trained_on[f] = train(train_items)
-        adapted = CachedMatching(kb, AdaptedIndex(index, adapter), matching.distilled_fn)
+        adapted = CachedMatching(kb, AdaptedIndex(index, adapter, vectors), matching.distilled_fn)
         adapted.restore((snapshot[0], {}))
         pooled += outcomes(adapted, kb, held, None)
     return Metrics.of(pooled), trained_on
+
+
+def kfold_learned_adapter(data: AdapterData, kb: KnowledgeBase, items: Sequence[LabelledLog], k: int = 5,
+                          seed: int = DEFAULT_SEED, lam: float = DEFAULT_LAMBDA,
+                          steps: int = DEFAULT_STEPS) -> Metrics:
+    """The learned ranker over adapted searches, held-back: per fold an adapter trained on the other folds, the
+    ranker's rows collected with that adapter (the training folds' rows are in-sample for the adapter: their
+    dense scores are a little better than a new log's), the ranker fit on the other folds' rows, the fold scored."""
+    folds = assign_folds(items, k)
+    pooled: list[Outcome] = []
+    for f in sorted(set(folds)):
+        train_items = [it for it, g in zip(items, folds, strict=True) if g != f]
+        held = [it for it, g in zip(items, folds, strict=True) if g == f]
+        adapter, _ = data.train(train_items, lam=lam, steps=steps, seed=seed)
+        adapted = data.adapted(kb, adapter)
+        rows = collect(adapted, kb, items)
+        model = LearnedRanker.from_json(fit([r for r in rows if folds[r.item] != f], items, kb, seed))
+        pooled += outcomes(adapted, kb, held, BoundRanker.for_kb(model, kb.cases))
+    return Metrics.of(pooled)
 
 
 def _cached_matching(doctor: Pipeline, cache: Path | None) -> CachedMatching:
@@ -379,6 +412,8 @@ def run_train(args: argparse.Namespace, doctor: Pipeline) -> int:
         table["fixed fusion + adapted query embedding (per fold)"], _ = kfold_adapter(
             matching, doctor.kb, doctor.index, items,
             lambda part: data.train(part, lam=lam, steps=steps, seed=args.seed), k=args.folds)
+        table["learned fusion + adapted query embedding (per fold)"] = kfold_learned_adapter(
+            data, doctor.kb, items, k=args.folds, seed=args.seed, lam=lam, steps=steps)
         blind: dict[str, Metrics] = {}
         if args.blind:
             blind_path = Path(args.blind)
@@ -388,8 +423,7 @@ def run_train(args: argparse.Namespace, doctor: Pipeline) -> int:
                 outcomes(matching, doctor.kb, blind_items, BoundRanker.for_kb(model, doctor.kb.cases)))
             blind["fixed fusion (shipped params)"] = Metrics.of(outcomes(matching, doctor.kb, blind_items, None))
             adapter, _ = data.train(items, lam=lam, steps=steps, seed=args.seed)
-            adapted = CachedMatching(doctor.kb, AdaptedIndex(doctor.index, adapter), doctor.distil)
-            adapted.restore((matching.snapshot()[0], {}))
+            adapted = data.adapted(doctor.kb, adapter)
             blind["fixed fusion + adapted query embedding"] = Metrics.of(
                 outcomes(adapted, doctor.kb, blind_items, None))
             _save_cache(matching, cache)

@@ -234,15 +234,18 @@ class KBIndex:
         """Plain (unadapted) query embeddings, n × dim (for training the query adapter)."""
         return self._encode(queries) if queries else np.zeros((0, self._state_or_raise().dim), np.float32)
 
-    def search(self, query: str, k: int = 10, *, adapter: AdapterChoice = "index") -> list[Hit]:
+    def search(
+        self, query: str, k: int = 10, *, adapter: AdapterChoice = "index", vector: np.ndarray | None = None
+    ) -> list[Hit]:
         """Cases from both retrievers: the union of the dense top k and the BM25 top k (so up to 2k hits),
         each with both scores filled in exactly. Ordered by reciprocal-rank fusion (k=60) as a neutral
         default; callers fuse the scores as they see fit. The dense query vector is mapped by the query
-        adapter (`adapter`: the index's own by default, "none", or another one: the k-fold evaluation)."""
+        adapter (`adapter`: the index's own by default, "none", or another one: the k-fold evaluation).
+        `vector`: the query's plain embedding when the caller already has it (the k-fold reuses them)."""
         state = self._state_or_raise()
         if not query.strip() or not state.case_ids or k <= 0:
             return []
-        qv = self._dense_query(query, state, adapter)
+        qv = self._dense_query(query, state, adapter, vector)
         dense = self._dense_ranking(state, qv, k)
         doc_bm25 = state.lexical.scores(query)
         lexical = _lexical_ranking(state, doc_bm25, k)
@@ -344,10 +347,14 @@ class KBIndex:
             raise ValueError(f"encoder returned shape {vec.shape}, index dimension is {state.dim}")
         return vec[0]
 
-    def _dense_query(self, query: str, state: IndexState, adapter: AdapterChoice) -> np.ndarray:
+    def _dense_query(
+        self, query: str, state: IndexState, adapter: AdapterChoice, vector: np.ndarray | None = None
+    ) -> np.ndarray:
         """The query's vector for the dense path: embedded, then mapped by the chosen adapter (only the
         query: document vectors stay as stored)."""
-        qv = self._embed_query(query, state)
+        qv = self._embed_query(query, state) if vector is None else np.asarray(vector, dtype=np.float32)
+        if qv.shape != (state.dim,):
+            raise ValueError(f"query vector of shape {qv.shape}, index dimension is {state.dim}")
         chosen = self._adapter if adapter == "index" else None if adapter == "none" else adapter
         if isinstance(chosen, QueryAdapter) and chosen.dim == qv.shape[0]:
             return chosen.apply(qv)

@@ -117,6 +117,9 @@ def test_the_index_maps_the_query_and_never_the_documents(small) -> None:
         plain_best = float(unmapped[doc_case == pos].max())
         assert plain[case_id].dense == pytest.approx(plain_best, abs=1e-4)
     assert any(abs(adapted[c].dense - plain[c].dense) > 1e-3 for c in plain)
+    # a plain embedding handed in (the k-fold reuses them) gives the same scores as embedding the query here
+    given = index.search(query, k=20, adapter=adapter, vector=vector[0])
+    assert [(h.case_id, h.dense) for h in given] == [(h.case_id, h.dense) for h in adapted.values()]
     # BM25 never sees the adapter
     assert {c: h.bm25 for c, h in adapted.items()} == {c: h.bm25 for c, h in plain.items()}
     # the index's own adapter is the default of search()
