@@ -173,6 +173,11 @@ class CachedMatching:
         self._outcomes: dict[tuple[MatchParams, Fusion, Mode, str], tuple[tuple[str, ...], Verdict, float]] = {}
 
     @property
+    def distilled_fn(self) -> Callable[[str], tuple[Distilled, LogFacts]]:
+        """The distiller this cache calls (another CachedMatching over another index shares it)."""
+        return self._distil
+
+    @property
     def index(self) -> SearchIndex:
         """The memoised index (each distinct query searched once)."""
         return self._index

@@ -168,11 +168,25 @@ class Pipeline:
         index, newest = self._indexes.open(
             kb, current=lambda k: k is self._kb and self._stamp() == self._kb_stamp, force_rebuild=force_rebuild
         )
+        self._attach_query_adapter(index)
         if newest is not kb and newest.content_hash != self._kb.content_hash:
             self._kb = newest  # the stamp stays: the next request re-reads the files once more
             self._keywords = extra_keywords(signature_literals(newest.cases))
             self._matcher = None
         return index
+
+    def _attach_query_adapter(self, index: Any) -> None:
+        """VLLM_DOCTOR_QUERY_ADAPTER=on: map dense queries by the trained adapter (indexer/query_adapter.py);
+        a missing, damaged or foreign artifact is one warning line and the plain dense scores."""
+        if self.settings.query_adapter != "on":
+            return
+        from indexer.query_adapter import DEFAULT_ARTIFACT as ADAPTER_ARTIFACT
+        from indexer.query_adapter import load_checked
+
+        adapter, warning = load_checked(self.settings.query_adapter_path or ADAPTER_ARTIFACT)
+        if warning:
+            log.warning("%s", warning)
+        index.set_query_adapter(adapter)
 
     def rebuild_index(self) -> Any:
         """Re-embed every case (`vllm-doctor index --rebuild`)."""

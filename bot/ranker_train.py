@@ -17,7 +17,7 @@ import argparse
 import json
 import pickle
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,7 +29,7 @@ from sklearn.isotonic import IsotonicRegression
 from bot.errors import UserInputError
 from bot.eval_tuning import CachedMatching, LabelledLog, Metrics, Outcome, assign_folds
 from bot.evaluate import labelled_logs, load_labelled
-from bot.match import Matcher, MatchParams
+from bot.match import Matcher, MatchParams, SearchHit
 from bot.ranker import (
     ARTIFACT_FORMAT,
     DEFAULT_ARTIFACT,
@@ -42,10 +42,14 @@ from bot.ranker import (
     features,
     kb_hash,
 )
+from indexer.query_adapter import DEFAULT_ARTIFACT as ADAPTER_ARTIFACT
+from indexer.query_adapter import DEFAULT_LAMBDA, DEFAULT_STEPS, QueryAdapter, case_set_hash
+from indexer.query_adapter import train as train_query_adapter
 from kb.loader import KnowledgeBase
 
 if TYPE_CHECKING:
     from bot.pipeline import Pipeline
+    from indexer.index import AdapterChoice, KBIndex
 
 TARGET_PRECISION = 0.97
 P_UNCERTAIN = 0.25
@@ -257,9 +261,123 @@ def kfold(matching: CachedMatching, kb: KnowledgeBase, items: Sequence[LabelledL
     return result
 
 
+# ---------------------------------------------------------------------------------------------- query adapter
+
+
+class AdaptedIndex:
+    """The KB index searched with a chosen query adapter ("none": the plain dense scores), whatever the index's
+    own setting is: the k-fold scores each fold with the adapter trained on the other folds."""
+
+    def __init__(self, index: KBIndex, adapter: AdapterChoice, vectors: dict[str, np.ndarray] | None = None):
+        self.index = index
+        self.adapter = adapter
+        self.vectors = vectors  # plain query embeddings shared between folds (each query embedded once)
+
+    def search(self, query: str, k: int = 10) -> Sequence[SearchHit]:
+        vector = None
+        if self.vectors is not None and query.strip():
+            if query not in self.vectors:
+                self.vectors[query] = self.index.embed_queries([query])[0]
+            vector = self.vectors[query]
+        hits: Sequence[SearchHit] = self.index.search(  # type: ignore[assignment]
+            query, k, adapter=self.adapter, vector=vector)
+        return hits
+
+
+class AdapterData:
+    """What the query adapter trains on: each covered log's distilled query, embedded once (plain MiniLM),
+    its case position in the index, and the index's document vectors."""
+
+    def __init__(self, matching: CachedMatching, index: KBIndex):
+        self.matching = matching
+        self.index = index
+        self.docs, self.doc_case = index.document_vectors()
+        self.position = {c: i for i, c in enumerate(index.case_ids)}
+        self._vectors: dict[str, np.ndarray] = {}  # plain query embeddings, shared with AdaptedIndex
+
+    def pairs(self, items: Sequence[LabelledLog]) -> tuple[list[str], list[str], list[int]]:
+        """(ids, queries, case positions) of the items this adapter can learn from: covered, distilled."""
+        ids, queries, positions = [], [], []
+        for it in items:
+            prepared = self.matching.distilled(it.log) if it.expected in self.position else None
+            if prepared is None or not prepared[0].query.strip():
+                continue
+            ids.append(it.id)
+            queries.append(prepared[0].query)
+            positions.append(self.position[str(it.expected)])
+        return ids, queries, positions
+
+    def vectors(self, queries: Sequence[str]) -> np.ndarray:
+        missing = list(dict.fromkeys(q for q in queries if q not in self._vectors))
+        if missing:
+            for q, v in zip(missing, self.index.embed_queries(missing), strict=True):
+                self._vectors[q] = v
+        return np.stack([self._vectors[q] for q in queries])
+
+    def train(self, items: Sequence[LabelledLog], *, lam: float = DEFAULT_LAMBDA, steps: int = DEFAULT_STEPS,
+              seed: int = DEFAULT_SEED) -> tuple[QueryAdapter, list[str]]:
+        """The adapter trained on these items, and the ids it was trained on."""
+        ids, queries, positions = self.pairs(items)
+        if not ids:
+            raise UserInputError("training the query adapter needs labelled logs of cases in the KB")
+        adapter = train_query_adapter(
+            self.vectors(queries), positions, self.docs, self.doc_case, lam=lam, steps=steps, seed=seed,
+            model_id=self.index.model_id, case_set=case_set_hash(self.index.case_ids))
+        return adapter, ids
+
+    def adapted(self, kb: KnowledgeBase, adapter: QueryAdapter) -> CachedMatching:
+        """A CachedMatching that searches with this adapter: the shared distillations, a fresh search memo."""
+        adapted = CachedMatching(kb, AdaptedIndex(self.index, adapter, self._vectors), self.matching.distilled_fn)
+        adapted.restore((self.matching.snapshot()[0], {}))
+        return adapted
+
+
+AdapterTrainer = Callable[[Sequence[LabelledLog]], tuple[QueryAdapter, list[str]]]
+
+
+def kfold_adapter(matching: CachedMatching, kb: KnowledgeBase, index: KBIndex, items: Sequence[LabelledLog],
+                  train: AdapterTrainer, k: int = 5) -> tuple[Metrics, dict[int, list[str]]]:
+    """Fixed fusion (shipped params) with the query adapter, held-back: each fold searched with an adapter
+    trained on the other folds' logs only (its searches are not the shared cache's: a fresh memo per fold).
+    Also returns, per fold, the ids its adapter was trained on."""
+    folds = assign_folds(items, k)
+    snapshot = matching.snapshot()
+    vectors: dict[str, np.ndarray] = {}
+    pooled: list[Outcome] = []
+    trained_on: dict[int, list[str]] = {}
+    for f in sorted(set(folds)):
+        train_items = [it for it, g in zip(items, folds, strict=True) if g != f]
+        held = [it for it, g in zip(items, folds, strict=True) if g == f]
+        adapter, trained_on[f] = train(train_items)
+        adapted = CachedMatching(kb, AdaptedIndex(index, adapter, vectors), matching.distilled_fn)
+        adapted.restore((snapshot[0], {}))
+        pooled += outcomes(adapted, kb, held, None)
+    return Metrics.of(pooled), trained_on
+
+
+def kfold_learned_adapter(data: AdapterData, kb: KnowledgeBase, items: Sequence[LabelledLog], k: int = 5,
+                          seed: int = DEFAULT_SEED, lam: float = DEFAULT_LAMBDA,
+                          steps: int = DEFAULT_STEPS) -> Metrics:
+    """The learned ranker over adapted searches, held-back: per fold an adapter trained on the other folds, the
+    ranker's rows collected with that adapter (the training folds' rows are in-sample for the adapter: their
+    dense scores are a little better than a new log's), the ranker fit on the other folds' rows, the fold scored."""
+    folds = assign_folds(items, k)
+    pooled: list[Outcome] = []
+    for f in sorted(set(folds)):
+        train_items = [it for it, g in zip(items, folds, strict=True) if g != f]
+        held = [it for it, g in zip(items, folds, strict=True) if g == f]
+        adapter, _ = data.train(train_items, lam=lam, steps=steps, seed=seed)
+        adapted = data.adapted(kb, adapter)
+        rows = collect(adapted, kb, items)
+        model = LearnedRanker.from_json(fit([r for r in rows if folds[r.item] != f], items, kb, seed))
+        pooled += outcomes(adapted, kb, held, BoundRanker.for_kb(model, kb.cases))
+    return Metrics.of(pooled)
+
+
 def _cached_matching(doctor: Pipeline, cache: Path | None) -> CachedMatching:
     """The pastes' distillation and searches, kept in a file between runs (they cost the encoder)."""
-    matching = CachedMatching(doctor.kb, doctor.index, doctor.distil)
+    # plain dense scores, whatever VLLM_DOCTOR_QUERY_ADAPTER says: the cache holds unadapted searches only
+    matching = CachedMatching(doctor.kb, AdaptedIndex(doctor.index, "none"), doctor.distil)
     if cache is not None and cache.is_file():
         try:
             matching.restore(pickle.loads(cache.read_bytes()))
@@ -329,8 +447,15 @@ def run_train(args: argparse.Namespace, doctor: Pipeline) -> int:
     matching = _cached_matching(doctor, cache)
     rows = collect(matching, doctor.kb, items)
     _save_cache(matching, cache)
+    data = AdapterData(matching, doctor.index)
+    lam, steps = args.adapter_lambda, args.adapter_steps
     if args.kfold:
         table = kfold(matching, doctor.kb, items, rows, k=args.folds, seed=args.seed)
+        table["fixed fusion + adapted query embedding (per fold)"], _ = kfold_adapter(
+            matching, doctor.kb, doctor.index, items,
+            lambda part: data.train(part, lam=lam, steps=steps, seed=args.seed), k=args.folds)
+        table["learned fusion + adapted query embedding (per fold)"] = kfold_learned_adapter(
+            data, doctor.kb, items, k=args.folds, seed=args.seed, lam=lam, steps=steps)
         blind: dict[str, Metrics] = {}
         if args.blind:
             blind_path = Path(args.blind)
@@ -339,6 +464,10 @@ def run_train(args: argparse.Namespace, doctor: Pipeline) -> int:
             blind["learned fusion"] = Metrics.of(
                 outcomes(matching, doctor.kb, blind_items, BoundRanker.for_kb(model, doctor.kb.cases)))
             blind["fixed fusion (shipped params)"] = Metrics.of(outcomes(matching, doctor.kb, blind_items, None))
+            adapter, _ = data.train(items, lam=lam, steps=steps, seed=args.seed)
+            adapted = data.adapted(doctor.kb, adapter)
+            blind["fixed fusion + adapted query embedding"] = Metrics.of(
+                outcomes(adapted, doctor.kb, blind_items, None))
             _save_cache(matching, cache)
         if args.json:
             print(json.dumps({"kfold": {k: m.as_dict() for k, m in table.items()},
@@ -355,6 +484,14 @@ def run_train(args: argparse.Namespace, doctor: Pipeline) -> int:
         out.write_text(json.dumps(artifact, separators=(",", ":")) + "\n", encoding="utf-8")
     except OSError as exc:
         raise UserInputError(f"cannot write {out}: {exc.strerror or exc}") from None
+    adapter, ids = data.train(items, lam=lam, steps=steps, seed=args.seed)
+    adapter_out = out.with_name(ADAPTER_ARTIFACT.name) if args.out else ADAPTER_ARTIFACT
+    try:
+        adapter.save(adapter_out)
+    except OSError as exc:
+        raise UserInputError(f"cannot write {adapter_out}: {exc.strerror or exc}") from None
+    print(f"query adapter trained on {len(ids)} covered logs (lambda {lam}, {steps} steps, loss "
+          f"{adapter.losses[0]:.3f} -> {adapter.losses[-1]:.3f}): {adapter_out}")
     print(f"ranker trained on {artifact['trained_on']['logs']} logs ({artifact['trained_on']['rows']} candidates), "
           f"KB {artifact['kb_version']}, match at p >= {artifact['p_match']:.3f}: {out}")
     return 0

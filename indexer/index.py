@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 
@@ -36,6 +37,7 @@ from indexer.persist import (
     StoredIndex,
     read_stored_index,
 )
+from indexer.query_adapter import QueryAdapter
 from indexer.search import EXACT_WINDOW, RRF_K, Hit
 from indexer.state import IndexState
 from indexer.store import KINDS, StoreKind, VectorStore, choose_kind
@@ -43,6 +45,9 @@ from kb.loader import KnowledgeBase
 from kb.schema import Case
 
 log = logging.getLogger(__name__)
+_stale_adapter_warned: set[str] = set()
+# Which query adapter a search uses: the index's own (set_query_adapter), none, or the one given.
+AdapterChoice = QueryAdapter | Literal["index", "none"]
 
 
 @dataclass(frozen=True)
@@ -78,6 +83,7 @@ class KBIndex:
         self._embed_seconds = 0.0  # encoder time of the current operation (for IndexStats)
         self._mutex = threading.RLock()  # one mutation at a time; lazy encoder creation
         self._store_lock = threading.Lock()  # faiss: no search while an HNSW graph grows in place
+        self._adapter: QueryAdapter | None = None  # maps dense query vectors (indexer.query_adapter)
         self.stats: IndexStats | None = None
 
     # ---------------------------------------------------------------------------- public API
@@ -156,19 +162,65 @@ class KBIndex:
     def __contains__(self, case_id: object) -> bool:
         return case_id in self._state_or_raise().case_hashes
 
-    def search(self, query: str, k: int = 10) -> list[Hit]:
-        """Cases from both retrievers, both scores filled in (indexer.search.fused)."""
+    @property
+    def query_adapter(self) -> QueryAdapter | None:
+        return self._adapter
+
+    def set_query_adapter(self, adapter: QueryAdapter | None) -> str:
+        """Map dense query vectors with `adapter` from now on (None: plain MiniLM vectors). An adapter for
+        another model or dimension is refused: today's dense scores and one warning line, returned too
+        ('' when accepted). One trained against another case set is used, with a warning: new cases are
+        still scored densely (the documents are not mapped), but `vllm-doctor train` should be rerun."""
+        state = self._state_or_raise()
+        if adapter is None:
+            self._adapter = None
+            return ""
+        problem = adapter.problem(state.model_id, state.dim)
+        if problem:
+            self._adapter = None
+            message = f"query adapter off, plain dense scores used: {problem}"
+            log.warning(message)
+            return message
+        self._adapter = adapter
+        if adapter.stale(state.case_ids):
+            message = "query adapter was trained against another set of cases (run `vllm-doctor train`)"
+            key = f"{adapter.case_set}:{len(state.case_ids)}"
+            if key not in _stale_adapter_warned:  # once per process and case set, not on every KB reload
+                _stale_adapter_warned.add(key)
+                log.warning(message)
+            return message
+        return ""
+
+    def document_vectors(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every document's vector (row order) and the case position of each row (see case_ids)."""
+        state = self._state_or_raise()
+        with self._store_lock:
+            vectors = state.store.reconstruct(list(range(len(state.docs)))) if state.docs else np.zeros(
+                (0, state.dim), np.float32)
+        return np.asarray(vectors, dtype=np.float32), state.doc_case.copy()
+
+    def embed_queries(self, queries: list[str]) -> np.ndarray:
+        """Plain (unadapted) query embeddings, n × dim (for training the query adapter)."""
+        return self._encode(queries) if queries else np.zeros((0, self._state_or_raise().dim), np.float32)
+
+    def search(
+        self, query: str, k: int = 10, *, adapter: AdapterChoice = "index", vector: np.ndarray | None = None
+    ) -> list[Hit]:
+        """Cases from both retrievers, both scores filled in (indexer.search.fused). The dense query vector is
+        mapped by the query adapter (`adapter`: the index's own by default, "none", or another one: the k-fold
+        evaluation). `vector`: the query's plain embedding when the caller already has it (the k-fold reuses
+        them)."""
         state = self._state_or_raise()
         if not query.strip() or not state.case_ids or k <= 0:
             return []
-        return ranking.fused(state, self._embed_query(query, state), query, k, self._store_lock)
+        return ranking.fused(state, self._dense_query(query, state, adapter, vector), query, k, self._store_lock)
 
-    def dense_search(self, query: str, k: int = 10) -> list[Hit]:
+    def dense_search(self, query: str, k: int = 10, *, adapter: AdapterChoice = "index") -> list[Hit]:
         """Top k cases by embedding similarity only (ablation)."""
         state = self._state_or_raise()
         if not query.strip() or not state.case_ids or k <= 0:
             return []
-        return ranking.dense_only(state, self._embed_query(query, state), k, self._store_lock)
+        return ranking.dense_only(state, self._dense_query(query, state, adapter), k, self._store_lock)
 
     def lexical_search(self, query: str, k: int = 10) -> list[Hit]:
         """Top k cases by BM25 only (ablation). Never loads the embedding model."""
@@ -234,6 +286,19 @@ class KBIndex:
             raise ValueError(f"encoder returned shape {vec.shape}, index dimension is {state.dim}")
         row: np.ndarray = vec[0]
         return row
+
+    def _dense_query(
+        self, query: str, state: IndexState, adapter: AdapterChoice, vector: np.ndarray | None = None
+    ) -> np.ndarray:
+        """The query's vector for the dense path: embedded, then mapped by the chosen adapter (only the
+        query: document vectors stay as stored)."""
+        qv = self._embed_query(query, state) if vector is None else np.asarray(vector, dtype=np.float32)
+        if qv.shape != (state.dim,):
+            raise ValueError(f"query vector of shape {qv.shape}, index dimension is {state.dim}")
+        chosen = self._adapter if adapter == "index" else None if adapter == "none" else adapter
+        if isinstance(chosen, QueryAdapter) and chosen.dim == qv.shape[0]:
+            return chosen.apply(qv)
+        return qv
 
     # ---------------------------------------------------------------------------- building and loading
 

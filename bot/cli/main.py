@@ -540,6 +540,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--blind", help="with --kfold: also score this blind file once, trained on all labelled logs")
     p.add_argument("--with-feedback", action="store_true",
                    help="also train on the team's 'Fixed it' / 'Didn't help' votes and accepted cases (the KB store)")
+    p.add_argument("--adapter-lambda", type=float, default=0.1,
+                   help="query adapter: pull of W toward the identity (indexer/query_adapter.py)")
+    p.add_argument("--adapter-steps", type=int, default=300, help="query adapter: Adam steps")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_train)
 
