@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bot.errors import UserInputError  # noqa: E402
-from bot.evaluate import bury, load_healthy, load_labelled  # noqa: E402
+from bot.evaluation.evaluate import bury, load_healthy, load_labelled  # noqa: E402
 from bot.pipeline import Pipeline  # noqa: E402
 
 # Real lines printed by ordinary vLLM start-ups (vllm-project/vllm issues #14025, #5104, #16141 and the

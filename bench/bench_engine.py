@@ -42,8 +42,8 @@ def main() -> int:
     ap.add_argument("--cold-runs", type=int, default=3)
     args = ap.parse_args()
 
-    from bot.distill import decode_input, distill
-    from bot.facts import read_facts
+    from bot.diagnosis.distill import decode_input, distill
+    from bot.diagnosis.facts import read_facts
     from bot.pipeline import Pipeline
     from bot.settings import Settings
 

@@ -54,10 +54,10 @@ def main() -> int:
     from llm_support import kb_cases, make_diagnosis
     from vllm_server import VLLMServer, free_port, make_tiny_model
 
+    from bot.diagnosis.redact import redact
     from bot.explain.explainer import AnswerCache, CircuitBreaker, Explainer, parse_answer
     from bot.explain.llm import LLMClient
     from bot.pipeline import Pipeline
-    from bot.redact import redact
     from bot.settings import Settings
 
     server = None

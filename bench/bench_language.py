@@ -32,7 +32,7 @@ sys.path.insert(0, str(REPO))
 
 import indexer.documents as documents  # noqa: E402
 import indexer.lexical as lexical  # noqa: E402
-from bot.question import expand  # noqa: E402
+from bot.diagnosis.question import expand  # noqa: E402
 from indexer import segment  # noqa: E402
 from kb.glossary import default_glossary  # noqa: E402
 from kb.loader import load_kb  # noqa: E402

@@ -13,14 +13,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bot.memory_view import log_memory_bars, log_memory_title  # noqa: E402
 from bot.models import (  # noqa: E402
     CheckResult,
     FleetReport,
     HostReport,
     LogFacts,  # noqa: E402
 )
-from bot.pictures import GridCell, fleet_grid_picture, memory_picture  # noqa: E402
+from bot.present.memory_view import log_memory_bars, log_memory_title  # noqa: E402
+from bot.present.pictures import GridCell, fleet_grid_picture, memory_picture  # noqa: E402
 from bot.runner.fleet_diff import fleet_diff, fleet_facts  # noqa: E402
 
 

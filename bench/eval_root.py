@@ -82,7 +82,7 @@ def score_labels(pipeline, labels: list[dict], logs: dict[str, dict], errors: bo
 
 
 def score_proxy(pipeline, items: list[dict], errors: bool) -> dict:
-    from bot.root import case_component, read_root
+    from bot.diagnosis.root import case_component, read_root
 
     by_id = pipeline.kb.by_id()
     ok = n = no_root = 0

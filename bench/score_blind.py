@@ -20,8 +20,8 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bot.eval_tuning import CachedMatching  # noqa: E402
-from bot.evaluate import _check_labels, labelled_logs, load_labelled, score_blind  # noqa: E402
+from bot.evaluation.eval_tuning import CachedMatching  # noqa: E402
+from bot.evaluation.evaluate import _check_labels, labelled_logs, load_labelled, score_blind  # noqa: E402
 from bot.pipeline import Pipeline  # noqa: E402
 
 COLUMNS = ("top1", "top3", "confident_wrong", "abstain_uncovered", "match_covered")

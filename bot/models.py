@@ -1,11 +1,11 @@
 """Every value that crosses a stage boundary, for both flows (bot/pipeline.py composes the stages):
 
-    explain (pastes):  Paste (bot/paste.py) → Distilled (LogLine) → Diagnosis (Match, Evidence) → Explanation
+    explain (pastes):  Paste (bot/diagnosis/paste.py) → Distilled (LogLine) → Diagnosis (Match, Evidence) → Explanation
                        LogFacts: what the log says about the setup
     diagnose (hosts):  HostRequest → CheckResult per check → HostReport per host → FleetReport → reply
                        HostFacts: a FleetReport's lines as the explain step's context
 
-Paste stays in bot/paste.py: only its entry functions may make one (secrets are redacted there, once).
+Paste stays in bot/diagnosis/paste.py: only its entry functions may make one (secrets are redacted there, once).
 Plain dataclasses with pure helpers only; nothing here talks to the outside world or imports a stage.
 """
 
@@ -23,7 +23,8 @@ Confidence = Literal["low", "medium", "high"]
 HostFacts = Mapping[str, object] | Sequence[str]
 # Logger level of a line, read from the prefix that cleaning removed ("" = no level prefix).
 LogLevel = Literal["", "debug", "info", "warning", "error"]
-# The part of a deployment a root line blames (issue 25's list; bot/root.py decides, kb/triage/ has the steps).
+# The part of a deployment a root line blames (issue 25's list; bot/diagnosis/root.py decides, kb/triage/ has the
+# steps).
 Component = Literal[
     "gpu-memory", "host-memory", "cuda-driver-stack", "python-packages", "model-files", "parallelism",
     "gpu-hardware", "serving-api", "engine-config", "platform", "other",
@@ -78,7 +79,7 @@ class Evidence:
     why: str  # e.g. "signature: No available memory for the cache blocks" or "lexical/dense similarity"
 
 
-# What a Note says (bot/i18n.py words each kind, in either language, at the edge).
+# What a Note says (bot/present/i18n.py words each kind, in either language, at the edge).
 NoteKind = Literal[
     "truncated",  # the paste ends inside a traceback; the answer is a guess from the frames and facts above it
     "truncated_answered",  # ... and the answer rests on the error lines and facts before the cut traceback
@@ -94,8 +95,9 @@ NoteKind = Literal[
 
 @dataclass(frozen=True)
 class Note:
-    """A finding of the ranking for the reader (bot/match.py, bot/versions.py), as a value: the presentation
-    (bot/render.py, bot/slack/reply/, the JSON edge) words it in the answer's language (bot/i18n.note_text)."""
+    """A finding of the ranking for the reader (bot/diagnosis/match.py, bot/diagnosis/versions.py), as a value: the
+    presentation (bot/present/render.py, bot/slack/reply/, the JSON edge) words it in the answer's language
+    (bot/present/i18n.note_text)."""
 
     kind: NoteKind
     line: int | None = None  # two_failures, consequence: the paste line (1-based) the note points at
@@ -145,8 +147,8 @@ class Change:
 
 @dataclass(frozen=True)
 class FilledValue:
-    """One placeholder of the fix commands, filled from the log (bot/fix_values.py). `reason` is an i18n key
-    (bot/i18n.py, "fit.*") worded with `params` at the edge; `lines` are the paste lines it was read from."""
+    """One placeholder of the fix commands, filled from the log (bot/diagnosis/fix_values.py). `reason` is an i18n key
+    (bot/present/i18n.py, "fit.*") worded with `params` at the edge; `lines` are the paste lines it was read from."""
 
     name: str  # a kb.schema.PLACEHOLDERS name, e.g. "max_model_len_fit"
     value: str
@@ -173,11 +175,12 @@ class Diagnosis:
     # Advisory cases whose signature fired on a paste whose root error they do not explain: shown as
     # "also noticed", never as the answer.
     also_noticed: tuple[Match, ...] = ()
-    facts: LogFacts | None = None  # what the log says about the setup (bot/facts.py)
+    facts: LogFacts | None = None  # what the log says about the setup (bot/diagnosis/facts.py)
     notes: tuple[Note, ...] = ()  # matcher notes, e.g. Note("truncated"): the final error line is missing
-    kind: Literal["log", "question"] = "log"  # question: short text without a log (bot/question.py)
-    root: Root | None = None  # the line to fix and its component (bot/root.py); None: no line states a cause
-    fix_values: FixValues | None = None  # the fix commands' placeholders filled from this log (bot/fix_values.py)
+    kind: Literal["log", "question"] = "log"  # question: short text without a log (bot/diagnosis/question.py)
+    root: Root | None = None  # the line to fix and its component (bot/diagnosis/root.py); None: no line states a cause
+    # the fix commands' placeholders filled from this log (bot/diagnosis/fix_values.py)
+    fix_values: FixValues | None = None
 
     @property
     def best(self) -> Match | None:
@@ -186,7 +189,7 @@ class Diagnosis:
 
 @dataclass(frozen=True)
 class LogFacts:
-    """What vLLM, torch and the platform printed about themselves in a paste (read by bot/facts.py).
+    """What vLLM, torch and the platform printed about themselves in a paste (read by bot/diagnosis/facts.py).
 
     Every field is None when the log does not say it. Sizes are GiB; `sources` maps a field name to the
     1-based line number it was read from, so evidence can quote the line. Shared by the explain flow
@@ -287,7 +290,7 @@ def worst(verdicts: list[str]) -> str:
     return max(verdicts, key=CHECK_VERDICTS.index) if verdicts else "skipped"
 
 
-# check id → the version facts a host report keeps in its JSON (bot/versions.py reads them against the
+# check id → the version facts a host report keeps in its JSON (bot/diagnosis/versions.py reads them against the
 # cases' fixed_in / affects).
 REPORTED_FACTS: dict[str, tuple[str, ...]] = {
     "python.vllm_install": ("version",),

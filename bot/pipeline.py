@@ -1,6 +1,6 @@
 """The composition root, read this first. Both flows start here; data flows one way through the stages:
 
-    explain (a paste):  decode_input (decode, check, redact: bot.paste) → distill → Matcher.rank
+    explain (a paste):  decode_input (decode, check, redact: bot.diagnosis.paste) → distill → Matcher.rank
                         (signatures + BM25 + dense) → Diagnosis → Explainer (optional LLM, falls back to
                         the KB case) → reply (CLI / Slack)
     diagnose (hosts):   HostRequest → access (validate, authorize) → inventory → catalogue → runner engine
@@ -23,12 +23,16 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from bot.distill import distill, extra_keywords
-from bot.facts import read_facts
-from bot.fix_values import fit_values, fitted_case
+from bot.diagnosis.distill import distill, extra_keywords
+from bot.diagnosis.facts import read_facts
+from bot.diagnosis.fix_values import fit_values, fitted_case
+from bot.diagnosis.match import Matcher, Mode, Thresholds, signature_literals
+from bot.diagnosis.paste import Paste, decode_input
+from bot.diagnosis.ranker import DEFAULT_ARTIFACT, BoundRanker, load_for_kb
+from bot.diagnosis.root import find_root, pasted_line_root
+from bot.diagnosis.versions import known_versions
 from bot.host_flow import HostFlow, Progress, Requester
 from bot.index_lifecycle import IndexLifecycle
-from bot.match import Matcher, Mode, Thresholds, signature_literals
 from bot.models import (
     Diagnosis,
     Distilled,
@@ -39,17 +43,13 @@ from bot.models import (
     HostRequest,
     LogFacts,
 )
-from bot.paste import Paste, decode_input
-from bot.ranker import DEFAULT_ARTIFACT, BoundRanker, load_for_kb
-from bot.root import find_root, pasted_line_root
 from bot.settings import Settings, get_settings, require_cases_dir
-from bot.versions import known_versions
 from kb.loader import DEFAULT_CASES_DIR, KnowledgeBase, case_files, load_kb
 from kb.schema import Case
 
 if TYPE_CHECKING:
+    from bot.diagnosis.question import QuestionMatcher
     from bot.explain.explainer import Explainer
-    from bot.question import QuestionMatcher
     from bot.runner.inventory import Host, Inventory
     from bot.runner.transport import Connector
     from kb.checks_schema import CheckCatalogue
@@ -226,7 +226,7 @@ class Pipeline:
     def question_matcher(self) -> QuestionMatcher:
         with self._lock:
             if self._question_matcher is None:
-                from bot.question import QuestionMatcher  # BM25/rjieba: not for `diagnose` (issue 29)
+                from bot.diagnosis.question import QuestionMatcher  # BM25/rjieba: not for `diagnose` (issue 29)
                 from kb.glossary import default_glossary
 
                 self._question_matcher = QuestionMatcher(self._kb, self.index, default_glossary())
@@ -239,7 +239,7 @@ class Pipeline:
         self._encoder().encode(["warm up"])
 
     def set_priors(self, priors: Mapping[str, float] | None) -> None:
-        """Ranking prior per case from user feedback (bot.kb_growth.feedback; clamped in bot.match)."""
+        """Ranking prior per case from user feedback (bot.kb_growth.feedback; clamped in bot.diagnosis.match)."""
         with self._lock:
             self._priors = priors
             self._matcher = None
@@ -253,13 +253,13 @@ class Pipeline:
 
     def facts_of(self, data: str | bytes | Paste) -> LogFacts:
         """What a log states about its setup (decoded and redacted at the entry): a working run's log for
-        `explain --since` (bot/since.py)."""
+        `explain --since` (bot/diagnosis/since.py)."""
         return read_facts(decode_input(data, self.settings.max_input_bytes).text)
 
     def healthy_startup(self, data: str | bytes | Paste) -> tuple[str, LogFacts] | None:
-        """A healthy start-up log's redacted text and facts (bot/since.py), else None: Slack keeps them per
+        """A healthy start-up log's redacted text and facts (bot/diagnosis/since.py), else None: Slack keeps them per
         channel and model to say what changed when a failing log of that model is pasted later."""
-        from bot.since import healthy_startup
+        from bot.diagnosis.since import healthy_startup
 
         paste = decode_input(data, self.settings.max_input_bytes)
         distilled = distill(paste, keywords=self._keywords)
@@ -273,13 +273,13 @@ class Pipeline:
         """The deterministic part of the explain flow: decode, distill, match (or answer a question).
 
         Raises bot.errors.UserInputError (EmptyInput, BinaryInput, InputTooLarge) for bad input.
-        Raw input is decoded and redacted here (bot.paste) before anything else looks at it.
+        Raw input is decoded and redacted here (bot.diagnosis.paste) before anything else looks at it.
 
         host_versions: package → version from a /vllm-diagnose run of `host_label` (the same Slack thread);
-        read with the log's own versions against the cases' fixed_in / affects (bot/versions.py)."""
+        read with the log's own versions against the cases' fixed_in / affects (bot/diagnosis/versions.py)."""
         started = time.perf_counter()
         self.reload_if_changed()
-        from bot.question import looks_like_question
+        from bot.diagnosis.question import looks_like_question
 
         paste = decode_input(data, self.settings.max_input_bytes)
         distilled = distill(paste, keywords=self._keywords)
@@ -305,7 +305,7 @@ class Pipeline:
             also_noticed=ranking.also_noticed,
             facts=facts,
             notes=ranking.notes,
-            root=find_root(distilled, facts, ranking.verdict, ranking.matches),  # bot/root.py
+            root=find_root(distilled, facts, ranking.verdict, ranking.matches),  # bot/diagnosis/root.py
             fix_values=fit_values(facts, host_gpus),
         )
 

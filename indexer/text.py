@@ -1,4 +1,4 @@
-"""Pure text normalisation shared by queries (bot.distill) and indexed KB examples.
+"""Pure text normalisation shared by queries (bot.diagnosis.distill) and indexed KB examples.
 
 The same functions clean a pasted log and a KB example, so both sides of a search look alike:
 ANSI codes and log prefixes removed, then variable parts masked Drain-style.

@@ -24,7 +24,8 @@ Severity = Literal["critical", "high", "medium", "low"]
 Role = Literal["cause", "symptom", "advisory"]
 
 # Packages a case's `affects` / `fixed_in` may name. vllm, torch, cuda (torch's CUDA build), driver and python
-# are read from logs (bot/facts.py) and host checks (bot/versions.py); the others are documentation only.
+# are read from logs (bot/diagnosis/facts.py) and host checks (bot/diagnosis/versions.py); the others are
+# documentation only.
 VERSIONED_PACKAGES = (
     "vllm", "torch", "cuda", "driver", "python", "transformers", "triton", "flashinfer", "xformers", "nccl",
 )
@@ -69,7 +70,7 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=True)
 
 
-# Named placeholders a fix command may hold, filled from the log's facts by bot/fix_values.py (a value the
+# Named placeholders a fix command may hold, filled from the log's facts by bot/diagnosis/fix_values.py (a value the
 # log does not give shows as `<name>`). The `_fit` ones are computed, with the arithmetic shown.
 PLACEHOLDERS: dict[str, str] = {
     "model": "the model id or path the log serves",
@@ -97,7 +98,7 @@ class FixStep(_Strict):
     # Chinese text of the step (commands stay as they are). Required for bundled cases by `kb lint`;
     # cases added from Slack or the CLI may leave it empty, and the English text is shown instead.
     text_zh: str = ""
-    # may hold {placeholders} (PLACEHOLDERS), filled from the log by bot/fix_values.py
+    # may hold {placeholders} (PLACEHOLDERS), filled from the log by bot/diagnosis/fix_values.py
     command: str | None = None
 
     @field_validator("command")
@@ -163,7 +164,7 @@ class Case(_Strict):
     keywords: list[str] = Field(default_factory=list)
     # Traceback fingerprints: the functions (or dotted module names, e.g. vllm._C) in whose frames this failure
     # is raised, found in the vLLM / torch / transformers source. A paste cut before its exception line still
-    # shows them (bot/match.py, docs/kb-authoring.md "Frames").
+    # shows them (bot/diagnosis/match.py, docs/kb-authoring.md "Frames").
     frames: list[str] = Field(default_factory=list, max_length=8)
     cause: str = Field(min_length=20)
     # Chinese text (issue: Chinese-speaking teams). Optional in the schema so a new case can be filed from

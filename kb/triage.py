@@ -1,6 +1,6 @@
 """Per-component triage (kb/triage/<component>.yaml) and the component map (kb/triage/components.yaml).
 
-A log that no KB case covers is still answered usefully: its root line names a component (bot/root.py), and
+A log that no KB case covers is still answered usefully: its root line names a component (bot/diagnosis/root.py), and
 that component's triage file says what to look at first, in both languages, with read-only commands and the
 host checks (kb/checks/) worth running. components.yaml maps every KB case to a component (by area, with
 per-case exceptions) and holds the ordered rules that read a component off a root line no case explains.

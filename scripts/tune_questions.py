@@ -1,4 +1,4 @@
-"""Tune the question matcher (bot/question.py QuestionParams) on the 'tune' half of the question set.
+"""Tune the question matcher (bot/diagnosis/question.py QuestionParams) on the 'tune' half of the question set.
 
     .venv/bin/python scripts/tune_questions.py [--split tune]
 
@@ -18,10 +18,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bot.distill import distill  # noqa: E402
+from bot.diagnosis.distill import distill  # noqa: E402
+from bot.diagnosis.question import QuestionMatcher, QuestionParams, looks_like_question  # noqa: E402
+from bot.evaluation.question_eval import load_questions  # noqa: E402
 from bot.pipeline import Pipeline  # noqa: E402
-from bot.question import QuestionMatcher, QuestionParams, looks_like_question  # noqa: E402
-from bot.question_eval import load_questions  # noqa: E402
 
 
 class _Recorded:

@@ -1,6 +1,7 @@
 """Keep the design honest (README "How the code is laid out", AGENTS.md):
 
-    kb  ←  indexer  ←  stages (bot/*)  ←  pipeline (bot/pipeline.py)  ←  eval harness  ←  {cli, slack}
+    kb  ←  indexer  ←  stages (bot/diagnosis, bot/present, bot/explain, …)  ←  pipeline (bot/pipeline.py)
+        ←  eval harness (bot/evaluation)  ←  {cli, slack}
 
 A module imports only its own layer or lower ones; the runner and the indexer never import Slack; there
 is no import cycle anywhere (lazy and TYPE_CHECKING imports included: a cycle is a design smell even when
@@ -32,14 +33,11 @@ HEAVY = {
     "psycopg": "bot/storage/postgres.py",
     "psycopg_pool": "bot/storage/postgres.py",
     "prometheus_client": "bot/ops/metrics.py",
-    "matplotlib": "bot/pictures.py",
+    "matplotlib": "bot/present/pictures.py",
     "ahocorasick_rs": "indexer/literals.py",
     "re2": "bot/kb_growth/regex_safety.py",
-    "sklearn": "bot/ranker_train.py",
+    "sklearn": "bot/evaluation/ranker_train.py",
 }
-EVAL_HARNESS = (
-    "bot.evaluate", "bot.eval_tuning", "bot.eval_variants", "bot.question_eval", "bot.ranker_train", "bot.eval_replay",
-)
 LAYERS = ("kb", "indexer", "stages", "pipeline", "eval harness", "edges")
 
 
@@ -98,7 +96,7 @@ def layer(name: str) -> int:
         return LAYERS.index(top[0])
     if name == "bot.pipeline":
         return LAYERS.index("pipeline")
-    if name in EVAL_HARNESS:
+    if top[:2] == ["bot", "evaluation"]:
         return LAYERS.index("eval harness")
     if name == "bot.__main__" or top[:2] in (["bot", "cli"], ["bot", "slack"]):
         return LAYERS.index("edges")
@@ -188,7 +186,7 @@ def test_the_graph_sees_lazy_and_relative_imports() -> None:
     """Imports inside functions count: the host flow Pipeline.diagnose hands to reaches the runner engine lazily."""
     assert "bot.host_flow" in GRAPH["bot.pipeline"] and "bot.runner.engine" in GRAPH["bot.host_flow"]
     assert "bot.pipeline" in GRAPH["bot.slack.hosts"]
-    assert layer("bot.slack.reply.answer") == layer("bot.cli.main") > layer("bot.pipeline") > layer("bot.match")
+    assert layer("bot.slack.reply.answer") == layer("bot.cli.main") > layer("bot.pipeline") > layer("bot.diagnosis.match")
 
 
 def reachable(name: str, graph: dict[str, set[str]]) -> set[str]:
@@ -203,19 +201,19 @@ def reachable(name: str, graph: dict[str, set[str]]) -> set[str]:
     return seen
 
 
-RANKING = ("bot.match", "bot.ranker", "bot.versions")
+RANKING = ("bot.diagnosis.match", "bot.diagnosis.ranker", "bot.diagnosis.versions")
 
 
 @pytest.mark.parametrize("name", RANKING)
 def test_ranking_produces_values_and_never_words_them(name: str) -> None:
     """Text at the edge (issue 30): ranking returns typed findings (bot.models.Note); only the presentation
-    (bot/render.py, bot/slack/reply/, the JSON edge) words them through bot.i18n, directly or not."""
-    assert "bot.i18n" not in reachable(name, GRAPH)
+    (bot/present/render.py, bot/slack/reply/, the JSON edge) words them through bot.present.i18n, directly or not."""
+    assert "bot.present.i18n" not in reachable(name, GRAPH)
 
 
 def test_reachable_follows_imports_through_other_modules() -> None:
     graph = {"a": {"b"}, "b": {"c"}, "c": set(), "d": {"a"}}
-    assert reachable("a", graph) == {"b", "c"} and "bot.i18n" in reachable("bot.render", GRAPH)
+    assert reachable("a", graph) == {"b", "c"} and "bot.present.i18n" in reachable("bot.present.render", GRAPH)
 
 
 def test_one_language_type() -> None:
@@ -228,3 +226,13 @@ def test_one_language_type() -> None:
                 for t in (node.targets if isinstance(node, ast.Assign) else [node.target]))
     ]
     assert owners == ["bot.models"]
+
+
+def test_bot_keeps_the_composition_root_and_what_every_layer_shares() -> None:
+    """Packages by concern (issue 30): bot/ itself holds the composition root, its two services and the shared
+    values, settings and errors; every stage lives in a package that says which flow it serves."""
+    top = sorted(p.name for p in (REPO / "bot").glob("*.py"))
+    assert len(top) <= 8, top
+    assert {"pipeline.py", "models.py", "settings.py", "errors.py"} <= set(top)
+    for package in ("diagnosis", "evaluation", "present"):
+        assert (REPO / "bot" / package / "__init__.py").exists()

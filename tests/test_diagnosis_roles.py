@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from bot.cli.main import diagnosis_to_json
-from bot.i18n import note_text, t
 from bot.models import Note
+from bot.present.i18n import note_text, t
 from kb.loader import load_kb
 
 KB = load_kb()
@@ -210,15 +210,15 @@ def _matcher_with(doctor, case_id: str, **update: object):
     """The engine's own index and KB, with one case's version fields changed (no file is written)."""
     from dataclasses import replace
 
-    from bot.match import Matcher
+    from bot.diagnosis.match import Matcher
 
     cases = tuple(c.model_copy(update=update) if c.id == case_id else c for c in doctor.kb.cases)
     return Matcher(replace(doctor.kb, cases=cases), doctor.index, doctor.thresholds)
 
 
 def test_version_in_the_log_is_read_against_fixed_in(doctor) -> None:
-    from bot.distill import distill
-    from bot.facts import read_facts
+    from bot.diagnosis.distill import distill
+    from bot.diagnosis.facts import read_facts
 
     example = KB.by_id()["cuda-reinit-forked-subprocess"].examples[0].log
     matcher = _matcher_with(doctor, "cuda-reinit-forked-subprocess", fixed_in={"vllm": "0.6.4"})

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bot.distill import decode_input, distill
+from bot.diagnosis.distill import decode_input, distill
 from bot.errors import BinaryInput, EmptyInput, InputTooLarge
 from indexer.text import clean_line, mask
 

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from bot.eval_tuning import (
+from bot.diagnosis.match import MatchParams
+from bot.evaluation.eval_tuning import (
     CachedMatching,
     LabelledLog,
     Metrics,
@@ -27,9 +28,8 @@ from bot.eval_tuning import (
     tune,
     with_truncated,
 )
-from bot.eval_variants import StartupNoise, bury, load_warnings, partner_index, truncate
-from bot.evaluate import evaluate, labelled_logs, load_healthy, load_labelled
-from bot.match import MatchParams
+from bot.evaluation.eval_variants import StartupNoise, bury, load_warnings, partner_index, truncate
+from bot.evaluation.evaluate import evaluate, labelled_logs, load_healthy, load_labelled
 
 # The held-back evaluation encodes every paste of every variant once (~650 queries): a few minutes of CPU on an
 # idle 2-core machine, much longer on a shared one, so this module gets more than the default 600 s.

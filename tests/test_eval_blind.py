@@ -15,9 +15,17 @@ from pathlib import Path
 import pytest
 
 from bot.errors import UserInputError
-from bot.eval_tuning import CachedMatching, normalise_url, repository
-from bot.eval_variants import StartupNoise, load_warnings
-from bot.evaluate import BLIND_FILE, VARIANTS, labelled_logs, load_healthy, load_labelled, run_eval, score_blind
+from bot.evaluation.eval_tuning import CachedMatching, normalise_url, repository
+from bot.evaluation.eval_variants import StartupNoise, load_warnings
+from bot.evaluation.evaluate import (
+    BLIND_FILE,
+    VARIANTS,
+    labelled_logs,
+    load_healthy,
+    load_labelled,
+    run_eval,
+    score_blind,
+)
 
 pytestmark = pytest.mark.timeout(1800)
 

@@ -1,4 +1,4 @@
-"""The team-learning loop replayed (bot/eval_replay.py, `vllm-doctor eval FILE --replay`) on real logs."""
+"""The team-learning loop replayed (bot/evaluation/eval_replay.py, `vllm-doctor eval FILE --replay`) on real logs."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 
 from bot.cli.main import main
-from bot.eval_replay import MIN_DRAFT_LITERAL, _literal, _root_line, replay
-from bot.evaluate import load_labelled
+from bot.diagnosis.match import SignatureScanner
+from bot.evaluation.eval_replay import MIN_DRAFT_LITERAL, _literal, _root_line, replay
+from bot.evaluation.evaluate import load_labelled
 from bot.kb_growth.suggest import generalise
-from bot.match import SignatureScanner
 
 DEV = Path(__file__).resolve().parent / "eval" / "dev.jsonl"
 
@@ -76,7 +76,7 @@ def test_a_generic_exception_line_is_never_a_draft(doctor) -> None:
 def test_hold_out_cases_replays_a_covered_failure_as_one_the_kb_does_not_know(doctor) -> None:
     """Leave-cases-out: with its case removed from the KB, a covered log pasted in two threads is drafted and
     the third paste is answered by the draft; with the case in the KB it is answered and nothing is drafted."""
-    from bot.eval_replay import without_cases
+    from bot.evaluation.eval_replay import without_cases
     from bot.kb_growth.clusters import cluster_root, shape_of
 
     for row in load_labelled(DEV):

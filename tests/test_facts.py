@@ -1,4 +1,4 @@
-"""Facts read from a paste (bot/facts.py): one real line of each shape vLLM, torch and the platform print,
+"""Facts read from a paste (bot/diagnosis/facts.py): one real line of each shape vLLM, torch and the platform print,
 across vLLM 0.2 → 0.11+ (the thread each line was printed in is named beside it)."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from dataclasses import fields
 import pytest
 from packaging.version import Version
 
-from bot.facts import FACT_LABELS, fact_lines, read_facts
+from bot.diagnosis.facts import FACT_LABELS, fact_lines, read_facts
+from bot.diagnosis.versions import known_versions
 from bot.models import LogFacts
-from bot.versions import known_versions
 from kb.rules import FACTS
 
 CASES: list[tuple[str, str, dict[str, object]]] = [
@@ -194,7 +194,7 @@ def test_rule_names_labels_and_logfacts_agree() -> None:
     names = {f.name for f in fields(LogFacts)} - {"sources", "quotes", "conflicts"}
     assert set(FACTS) == names
     assert set(FACT_LABELS) == names
-    from bot.i18n import FACT_LABELS_ZH
+    from bot.present.i18n import FACT_LABELS_ZH
 
     assert set(FACT_LABELS_ZH) == names, set(FACT_LABELS) ^ set(FACT_LABELS_ZH)  # every fact has its Chinese label
 

@@ -1,4 +1,4 @@
-"""Fix commands fitted to the log (bot/fix_values.py, issue 25 item 3): the model id, TP size and computed
+"""Fix commands fitted to the log (bot/diagnosis/fix_values.py, issue 25 item 3): the model id, TP size and computed
 values of this deployment in every command, with the arithmetic and its lines; `<name>` where the log is
 silent, never a guessed number."""
 
@@ -12,10 +12,10 @@ import pytest
 from pydantic import ValidationError
 
 from bot.cli.main import diagnosis_to_json
-from bot.facts import read_facts
-from bot.fix_values import fill, fit_values, note_lines, step_lines
+from bot.diagnosis.facts import read_facts
+from bot.diagnosis.fix_values import fill, fit_values, note_lines, step_lines
 from bot.models import LogFacts
-from bot.render import render_text
+from bot.present.render import render_text
 from kb.schema import PLACEHOLDERS, FixStep
 
 FIXTURES = Path(__file__).parent / "fit_fixtures"

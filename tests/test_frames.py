@@ -1,4 +1,4 @@
-"""Traceback fingerprints (bot/frames.py): reading the frames of a cut traceback, and scoring them against the
+"""Traceback fingerprints (bot/diagnosis/frames.py): reading the frames of a cut traceback, and scoring them against the
 `frames:` of the cases, rarer names and deeper frames counting more. Plus the KB's own entries."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from bot.distill import distill
-from bot.frames import GENERIC, Frame, FrameIndex, cut_frames, read_frames
+from bot.diagnosis.distill import distill
+from bot.diagnosis.frames import GENERIC, Frame, FrameIndex, cut_frames, read_frames
 from bot.models import LogLine
 from kb.loader import load_kb
 from kb.schema import Case

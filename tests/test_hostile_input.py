@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
+from bot.diagnosis.paste import read_limited
 from bot.errors import InputTooLarge
-from bot.paste import read_limited
 from kb.loader import load_kb
 
 KV_LOG = load_kb().by_id()["kv-cache-no-memory"].examples[0].log

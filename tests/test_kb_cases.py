@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from bot.distill import distill
-from bot.match import SignatureScanner
+from bot.diagnosis.distill import distill
+from bot.diagnosis.match import SignatureScanner
 from bot.models import Note
 from kb.loader import load_kb
 

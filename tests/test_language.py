@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from bot.diagnosis.question import expand, looks_like_question, question_language
 from bot.explain.explainer import kb_only_explanation
-from bot.i18n import as_language, case_cause, is_language, step_text, t
-from bot.question import expand, looks_like_question, question_language
+from bot.present.i18n import as_language, case_cause, is_language, step_text, t
 from indexer.lexical import tokenize
 from indexer.segment import chinese_tokens
 from kb.glossary import default_glossary, load_glossary
@@ -136,9 +136,9 @@ def test_kb_only_answer_is_chinese_end_to_end(doctor) -> None:
     exp = kb_only_explanation(d, [case], language="zh")
     assert exp.language == "zh" and exp.summary == case.summary_zh and exp.why == case_cause(case, "zh")
     assert all(is_language(s, "zh") for s in exp.fix_steps)
-    from bot.fix_values import fill
+    from bot.diagnosis.fix_values import fill
 
-    # commands unchanged by the language, only filled from the log (bot/fix_values.py)
+    # commands unchanged by the language, only filled from the log (bot/diagnosis/fix_values.py)
     commands = [fill(s.command, d.fix_values) for s in case.fix if s.command]
     assert all(any(c in s for s in exp.fix_steps) for c in commands)
 
@@ -190,10 +190,10 @@ def test_cli_lang_switches_the_whole_answer(doctor, index_dir: Path) -> None:
 
 
 def test_every_fixed_text_has_both_languages_with_the_same_placeholders() -> None:
-    """bot/i18n.py holds every surface string: a Chinese form for each, filling the same {fields}."""
+    """bot/present/i18n.py holds every surface string: a Chinese form for each, filling the same {fields}."""
     import string
 
-    from bot.i18n import _TEXT
+    from bot.present.i18n import _TEXT
 
     def fields(text: str) -> set[str]:
         return {name for _, name, _, _ in string.Formatter().parse(text) if name}

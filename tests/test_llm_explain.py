@@ -493,7 +493,7 @@ def test_an_uncovered_log_gives_the_model_its_root_line_and_triage_and_a_none_an
     from dataclasses import replace
 
     from bot.models import Root
-    from bot.render import render_text
+    from bot.present.render import render_text
 
     root = Root(22, "OSError: [Errno 116] Stale file handle: '/mnt/nfs/m/model-00003-of-00037.safetensors'",
                 "model-files")

@@ -27,8 +27,8 @@ from bot.explain.explainer import (
     answer_schema,
 )
 from bot.explain.llm import LLMClient
-from bot.i18n import t
 from bot.models import LogLine
+from bot.present.i18n import t
 from bot.settings import Settings
 
 pytestmark = pytest.mark.vllm
@@ -282,7 +282,7 @@ def test_server_killed_mid_request_then_circuit_opens(live):
 def test_a_chinese_askers_answer_is_chinese_or_the_chinese_kb_answer(live):
     """The real server (random weights: it writes no Chinese on purpose) — what a Chinese asker gets is either an
     LLM answer that passed the Chinese check, or the Chinese KB answer with a Chinese note, never English text."""
-    from bot.i18n import is_language
+    from bot.present.i18n import is_language
 
     exp = Explainer.from_settings(Settings(vllm_base_url=live.base_url))
     case = kb_cases(CASES[0])[0]

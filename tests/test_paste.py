@@ -1,4 +1,4 @@
-"""The entry of every user text (bot/paste.py): decoded, checked and redacted once, as a whole.
+"""The entry of every user text (bot/diagnosis/paste.py): decoded, checked and redacted once, as a whole.
 
 Secrets of 108 shapes in real vLLM log lines disappear and their line's ordinary content stays; ordinary
 vLLM content (addresses, digests, GPU/MIG UUIDs, model and request ids, paths) is left intact; decoding
@@ -24,9 +24,9 @@ from secret_corpus import (
     leaks,
 )
 
-from bot.distill import distill
+from bot.diagnosis.distill import distill
+from bot.diagnosis.paste import Paste, decode_input, redacted
 from bot.errors import BinaryInput, EmptyInput, UserInputError
-from bot.paste import Paste, decode_input, redacted
 
 MAX = 10_000_000
 

@@ -7,9 +7,9 @@ import io
 import pytest
 from PIL import Image
 
-from bot.memory_view import host_memory_bars, log_memory_bars, log_memory_title
 from bot.models import CheckResult, FleetReport, HostReport, LogFacts
-from bot.pictures import GridCell, MemoryBar, Segment, fleet_grid_picture, memory_picture
+from bot.present.memory_view import host_memory_bars, log_memory_bars, log_memory_title
+from bot.present.pictures import GridCell, MemoryBar, Segment, fleet_grid_picture, memory_picture
 
 # The numbers of a real KV-cache failure: 24 GiB GPU at 0.9, weights 15.0 + activation 4.6 + non-torch 2.4.
 KV_SHORT = LogFacts(gpu_name="NVIDIA L4", total_gpu_memory_gib=22.0, gpu_memory_utilization=0.9,

@@ -66,7 +66,7 @@ def test_report_draft_command_prints_every_section(built_index: Path, tmp_path: 
     proc = run_cli(["report-draft", str(sample)], built_index, tmp_path)
     assert proc.returncode == 0, proc.stderr.decode()
     out = proc.stdout.decode()
-    from bot.report_draft import SECTIONS, sections_of
+    from bot.present.report_draft import SECTIONS, sections_of
 
     assert list(sections_of(out)) == list(SECTIONS)
     assert "vLLM Version: 0.8.5.post1" in out  # read from the log's own lines

@@ -13,8 +13,8 @@ from llm_support import kb_cases, make_diagnosis
 
 from bot.explain.allowlist import command_allowed
 from bot.explain.answer import guard_step, parse_answer
-from bot.i18n import t
 from bot.models import LogLine
+from bot.present.i18n import t
 
 IDS = ("kv-cache-no-memory", "none")
 
@@ -123,9 +123,9 @@ def test_the_explainer_trusts_the_retrieved_cases_commands() -> None:
     commands = _case_commands(draft)
     assert commands and all(isinstance(c, str) and c for c in commands)
     step = next(s for c in cases for s in c.fix if s.command)
-    # The prompt shows the case's commands filled from the log (bot/fix_values.py; this diagnosis states no
+    # The prompt shows the case's commands filled from the log (bot/diagnosis/fix_values.py; this diagnosis states no
     # values, so `<model>`): the commands the LLM may echo as commands are those filled ones.
-    from bot.fix_values import fill
+    from bot.diagnosis.fix_values import fill
 
     assert step.command is not None and fill(step.command, None).strip() in commands
 

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from indexer_support import CORE_CASES, index_warnings, make_kb, real_encoder
 
-from bot.eval_tuning import CachedMatching, LabelledLog, assign_folds
-from bot.ranker_train import AdaptedIndex, AdapterData, kfold_adapter
+from bot.evaluation.eval_tuning import CachedMatching, LabelledLog, assign_folds
+from bot.evaluation.ranker_train import AdaptedIndex, AdapterData, kfold_adapter
 from indexer.index import KBIndex
 from indexer.query_adapter import (
     AdapterError,
@@ -210,7 +210,7 @@ def test_the_artifact_round_trips_small_and_knows_when_it_is_stale(small, tmp_pa
 
 # -- the k-fold ----------------------------------------------------------------------------------------------
 def test_the_kfold_never_trains_a_folds_adapter_on_that_folds_logs(small) -> None:
-    from bot.distill import distill
+    from bot.diagnosis.distill import distill
 
     index, kb = small
     items = [LabelledLog(f"log-{i}", f"{text}\nline {i}", case.split("/")[1], f"https://github.com/o/r{i % 5}/issues/{i}",
@@ -238,7 +238,7 @@ def test_the_kfold_never_trains_a_folds_adapter_on_that_folds_logs(small) -> Non
 
 
 def _facts(log: str):
-    from bot.facts import read_facts
+    from bot.diagnosis.facts import read_facts
 
     return read_facts(log)
 
@@ -248,7 +248,7 @@ def test_adapter_data_keeps_only_covered_logs_of_cases_in_the_index(small) -> No
     items = [LabelledLog("a", QUERIES["serving/port-in-use"], "port-in-use", "u", "o/a"),
              LabelledLog("b", "some unrelated error", None, "u", "o/b"),
              LabelledLog("c", "another", "no-such-case-here", "u", "o/c")]
-    from bot.distill import distill
+    from bot.diagnosis.distill import distill
 
     matching = CachedMatching(kb, AdaptedIndex(index, "none"), lambda log: (distill(log), _facts(log)))
     ids, queries, positions = AdapterData(matching, index).pairs(items)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.question_eval import load_questions, score_questions
+from bot.evaluation.question_eval import load_questions, score_questions
 from kb.loader import load_kb
 
 EVAL_DIR = Path(__file__).resolve().parent / "eval"
@@ -87,7 +87,7 @@ def test_eval_prints_the_blind_set_as_its_own_rows(doctor, tmp_path, capsys) -> 
     """`vllm-doctor eval LABELLED`: questions_blind.jsonl beside it is scored apart from questions.jsonl."""
     from argparse import Namespace
 
-    from bot.evaluate import _score_question_set
+    from bot.evaluation.evaluate import _score_question_set
 
     lines = (EVAL_DIR / "questions.jsonl").read_text(encoding="utf-8").splitlines()
     blind = (EVAL_DIR / "questions_blind.jsonl").read_text(encoding="utf-8").splitlines()

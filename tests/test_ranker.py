@@ -1,4 +1,4 @@
-"""The learned ranker (bot/ranker.py, bot/ranker_train.py): artifact loading and fallbacks, bad training
+"""The learned ranker (bot/diagnosis/ranker.py, bot/evaluation/ranker_train.py): artifact loading and fallbacks, bad training
 files, training reproducibility on a subset, the exported trees agreeing with scikit-learn, and the shipped
 artifact doing its job on the real engine."""
 
@@ -10,12 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from bot.diagnosis.match import Matcher
+from bot.diagnosis.ranker import DEFAULT_ARTIFACT, BoundRanker, LearnedRanker, RankerError, case_hash, load_for_kb
 from bot.errors import UserInputError
-from bot.eval_tuning import CachedMatching, Metrics, assign_folds
-from bot.evaluate import labelled_logs, load_labelled
-from bot.match import Matcher
-from bot.ranker import DEFAULT_ARTIFACT, BoundRanker, LearnedRanker, RankerError, case_hash, load_for_kb
-from bot.ranker_train import _export, _fit_gbm, _matrix, collect, fit, outcomes, validate
+from bot.evaluation.eval_tuning import CachedMatching, Metrics, assign_folds
+from bot.evaluation.evaluate import labelled_logs, load_labelled
+from bot.evaluation.ranker_train import _export, _fit_gbm, _matrix, collect, fit, outcomes, validate
 from kb.loader import load_kb
 
 REPO = Path(__file__).resolve().parent.parent

@@ -12,7 +12,7 @@ import string
 
 import pytest
 
-from bot.redact import redact, redact_with_count
+from bot.diagnosis.redact import redact, redact_with_count
 
 _rng = random.Random(20261129)
 ALNUM = string.ascii_letters + string.digits
@@ -323,7 +323,7 @@ def test_mixed_case_keys_and_headers():
 def test_every_rule_fires_on_the_corpus_and_its_matches_hold_a_trigger():
     """Rules run only when one of their triggers occurs (one Aho-Corasick pass): a trigger list that
     misses a spelling would silently let that secret through, so each match must contain a trigger."""
-    from bot.redact import _RULES
+    from bot.diagnosis.redact import _RULES
 
     fired = set()
     for _, template, secret in CORPUS:

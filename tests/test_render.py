@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from bot.models import Diagnosis, Distilled, Evidence, LogLine, Match
-from bot.render import render_text
+from bot.present.render import render_text
 
 
 class _Case:

@@ -11,7 +11,7 @@ import pytest
 from test_redact import CORPUS
 
 from bot.models import LogFacts, LogLine, Root
-from bot.report_draft import (
+from bot.present.report_draft import (
     SECTIONS,
     collect_env_text,
     draft,

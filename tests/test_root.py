@@ -1,4 +1,4 @@
-"""Root line and component (bot/root.py) and the triage data behind them (kb/triage/): no model needed."""
+"""Root line and component (bot/diagnosis/root.py) and the triage data behind them (kb/triage/): no model needed."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from bot.distill import distill
-from bot.facts import read_facts
-from bot.i18n import note_text, t
+from bot.diagnosis.distill import distill
+from bot.diagnosis.facts import read_facts
+from bot.diagnosis.root import classify, read_root, search_phrase
 from bot.models import COMPONENTS, Evidence, Match, Note
-from bot.render import shown_scores
-from bot.root import classify, read_root, search_phrase
+from bot.present.i18n import note_text, t
+from bot.present.render import shown_scores
 from kb.glossary import default_glossary
 from kb.loader import load_kb
 from kb.triage import default_component_map, load_triage, read_only
@@ -234,7 +234,7 @@ def test_stuck_never_reads_as_gpu(phrase: str) -> None:
 
 
 def test_one_chinese_term_for_a_known_failure() -> None:
-    from bot.i18n import _TEXT
+    from bot.present.i18n import _TEXT
 
     chinese = [forms["zh"] for forms in _TEXT.values() if "zh" in forms]
     assert any("已知故障" in z for z in chinese) and not any("已知问题" in z for z in chinese)

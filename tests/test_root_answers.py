@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from bot.cli.main import _batch_answer, diagnosis_to_json
-from bot.render import render_text
+from bot.present.render import render_text
 
 LOGS = Path(__file__).resolve().parent / "logs"
 NFS = (LOGS / "nfs_stale_handle.log").read_text(encoding="utf-8")

@@ -136,7 +136,7 @@ def test_malformed_reports_name_the_problem(data: object, problem: str) -> None:
 
 
 def test_host_report_versions_reach_the_cli_answer(built_index: Path, tmp_path: Path) -> None:
-    """`explain --host-report` reads the host's vLLM version against the cases' fixed_in (bot/versions.py),
+    """`explain --host-report` reads the host's vLLM version against the cases' fixed_in (bot/diagnosis/versions.py),
     even without the LLM: the aimv2 clash is fixed in 0.10.0 and the host runs 0.9.2."""
     case = load_kb().by_id()["transformers-aimv2-config-clash"]
     report = FleetReport(target="gpu-07", max_tier=1, duration_s=1.0, hosts=[

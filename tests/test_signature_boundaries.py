@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from bot.distill import distill
-from bot.match import SignatureScanner
+from bot.diagnosis.distill import distill
+from bot.diagnosis.match import SignatureScanner
 from kb.loader import load_kb
 
 KB = load_kb()

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from test_cli import built_index, run_cli  # noqa: F401 - the fixture
 
-from bot.facts import read_facts
-from bot.render import render_since
-from bot.since import changes_to_json, what_changed
+from bot.diagnosis.facts import read_facts
+from bot.diagnosis.since import changes_to_json, what_changed
+from bot.present.render import render_since
 
 FIXTURES = Path(__file__).parent / "fit_fixtures"
 GOOD = FIXTURES / "healthy-tp8-qwen72b.log"

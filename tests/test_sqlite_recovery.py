@@ -140,7 +140,7 @@ def test_cli_reads_a_read_only_kb_database(tmp_path: Path) -> None:
 
 def test_read_only_database_refuses_writes_with_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import bot.storage.database as storage
-    from bot.sqlite_recovery import FileState
+    from bot.storage.sqlite_recovery import FileState
 
     path = _kb_db(tmp_path / "kb.sqlite3", rows=2)
     # what check_sqlite_file says of a file this process cannot write (tested for real above, via the CLI)

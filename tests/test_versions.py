@@ -6,12 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from bot.cli.main import diagnosis_to_json
-from bot.i18n import note_text
+from bot.diagnosis.versions import check_case, known_versions
 from bot.models import Language, LogFacts, Note
+from bot.present.i18n import note_text
 from bot.runner.report import CheckResult, DiagnosisReport, HostReport
 from bot.slack.store import SlackStateDB
 from bot.slack.thread_facts import ThreadFacts, ThreadHostFacts
-from bot.versions import check_case, known_versions
 from kb.loader import load_kb
 
 CASE = "transformers-aimv2-config-clash"  # fixed_in {vllm: 0.10.0}: vLLM PR 20921

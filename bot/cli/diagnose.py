@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bot.i18n import LANGUAGES, Language, t
+from bot.present.i18n import LANGUAGES, Language, t
 
 if TYPE_CHECKING:
     from rich.status import Status
@@ -167,8 +167,8 @@ def _draw(report: FleetReport, args: argparse.Namespace, settings: object, view:
 
     if not (args.plot or args.grid):
         return
-    from bot.memory_view import host_memory_bars
-    from bot.pictures import memory_picture
+    from bot.present.memory_view import host_memory_bars
+    from bot.present.pictures import memory_picture
     from bot.runner.fleet_view import grid_picture
 
     for path, make in ((args.plot, lambda: _memory(report, host_memory_bars, memory_picture)),

@@ -255,7 +255,7 @@ def _search(args: argparse.Namespace, settings: Any, stdin: TextIO, out: TextIO)
     if args.text == ["-"]:
         text = stdin.read(settings.max_input_bytes + 1)  # characters: at most 4 bytes each
         if len(text) > settings.max_input_bytes:
-            from bot.paste import too_large_message
+            from bot.diagnosis.paste import too_large_message
 
             raise UserInputError(too_large_message("The input on stdin", settings.max_input_bytes))
     growth = _growth(settings)
@@ -306,7 +306,7 @@ def _stats(args: argparse.Namespace, settings: Any, stdin: TextIO, out: TextIO) 
 
 # -- suggest -------------------------------------------------------------------------------------------------
 def _suggest(args: argparse.Namespace, settings: Any, stdin: TextIO, out: TextIO) -> int:
-    from bot.root import triage
+    from bot.diagnosis.root import triage
 
     growth = _growth(settings)
     posted = growth.posted_signatures()

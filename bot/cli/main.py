@@ -2,8 +2,9 @@
 
     vllm-doctor explain [FILE|-] [--json] [--no-llm] [--host-report REPORT.json]   diagnose one log
     vllm-doctor explain --no-llm --jsonl IN.jsonl         batch contract: one JSON object per input line
-    vllm-doctor explain FILE --plot MEM.png               also draw the GPU memory picture (bot/pictures.py)
-    vllm-doctor report-draft [FILE|-] [-o DRAFT.md] [--collect-env F]   a vLLM bug-report draft (bot/report_draft.py)
+    vllm-doctor explain FILE --plot MEM.png               also draw the GPU memory picture (bot/present/pictures.py)
+    vllm-doctor report-draft [FILE|-] [-o DRAFT.md] [--collect-env F]   a vLLM bug-report draft
+                                                          (bot/present/report_draft.py)
     vllm-doctor kb list [--json] | kb lint [DIR] | kb show ID
     vllm-doctor index [--rebuild]
     vllm-doctor eval LABELLED.jsonl [--json] [--floor …]
@@ -57,7 +58,7 @@ def _stdin() -> BinaryIO:
 
 def _read_input(path: str | None, max_bytes: int) -> bytes:
     """The user's log, read no further than the input limit + 1 byte (/dev/zero, an endless pipe)."""
-    from bot.paste import read_limited
+    from bot.diagnosis.paste import read_limited
 
     if path in (None, "-"):
         return read_limited(_stdin(), max_bytes, "The input on stdin")
@@ -81,7 +82,7 @@ def _quote(text: str) -> str:
 
 def match_to_json(m: Any, full: bool = True, lang: Language = "en") -> dict[str, Any]:
     """lang: the language the match's notes are worded in (--json words them in the paste's language)."""
-    from bot.i18n import note_text
+    from bot.present.i18n import note_text
 
     out = {
         "case_id": m.case_id,
@@ -96,7 +97,7 @@ def match_to_json(m: Any, full: bool = True, lang: Language = "en") -> dict[str,
 
 
 def facts_to_json(d: Any) -> dict[str, Any]:
-    """What the log says about the setup (bot/facts.py): the facts it states, and the line of each."""
+    """What the log says about the setup (bot/diagnosis/facts.py): the facts it states, and the line of each."""
     facts = d.facts
     if facts is None:
         return {}
@@ -108,7 +109,7 @@ ROOT_JSON_CHARS = 16_384  # a longer root line is cut here ("cut": true); the wh
 
 
 def root_to_json(d: Any) -> dict[str, Any] | None:
-    """The line to fix and its component (bot/root.py), or None when no line states the cause."""
+    """The line to fix and its component (bot/diagnosis/root.py), or None when no line states the cause."""
     root = getattr(d, "root", None)
     if root is None:
         return None
@@ -119,9 +120,9 @@ def root_to_json(d: Any) -> dict[str, Any] | None:
 
 
 def fix_to_json(d: Any, case: Any) -> dict[str, Any]:
-    """The best case's fix steps with their commands filled from the log (bot/fix_values.py), the values
+    """The best case's fix steps with their commands filled from the log (bot/diagnosis/fix_values.py), the values
     and how each computed one was worked out, and notes (two values for one setting, one that cannot fit)."""
-    from bot.fix_values import fill, note_lines, step_lines, to_json
+    from bot.diagnosis.fix_values import fill, note_lines, step_lines, to_json
 
     values = getattr(d, "fix_values", None)
     steps = [{"text": s.text, "command": fill(s.command, values) if s.command else None,
@@ -133,7 +134,7 @@ def diagnosis_to_json(d: Any, explanation: Any = None, language: str | None = No
                       case: Any = None) -> dict[str, Any]:
     """language: the answer's language (--lang, the setting, else the paste's); defaults to the paste's.
     case: the best match's KB case, for its fix steps filled from the log (added keys "fix", "fix_values")."""
-    from bot.i18n import note_text
+    from bot.present.i18n import note_text
 
     said = d.distilled.language  # notes are worded in the paste's language, whatever the answer's
     return {
@@ -205,7 +206,7 @@ def _batch_answer(pipeline: Any, n: int, raw: bytes | object, max_bytes: int = 0
     item_id: Any = None
     try:
         if not isinstance(raw, bytes):
-            from bot.paste import human_bytes
+            from bot.diagnosis.paste import human_bytes
 
             raise ValueError(f"longer than the input limit of {human_bytes(max_bytes)} "
                              f"({max_bytes} bytes, VLLM_DOCTOR_MAX_INPUT_BYTES)")
@@ -256,8 +257,8 @@ def _host_facts(path: str | None) -> tuple[list[str] | None, dict[str, str], str
     hosts agree on (vLLM, torch, CUDA, driver, Python) with a label, read against the cases' fixed_in."""
     if path is None:
         return None, {}, ""
+    from bot.diagnosis.versions import report_versions
     from bot.runner.report import load_report
-    from bot.versions import report_versions
 
     report = load_report(path)
     label = report.hosts[0].host if len(report.hosts) == 1 else report.target
@@ -277,7 +278,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     pipeline = _pipeline()
     changes = None
     if good is not None:
-        from bot.since import what_changed
+        from bot.diagnosis.since import what_changed
 
         # the failing log's facts are read again by match(); reading twice keeps Pipeline.match unchanged
         changes = what_changed(pipeline.facts_of(good), pipeline.facts_of(data))
@@ -296,12 +297,12 @@ def cmd_explain(args: argparse.Namespace) -> int:
         case = pipeline.kb.by_id().get(best) if best else None
         out = diagnosis_to_json(diagnosis, explanation, lang, case=case)
         if changes is not None:
-            from bot.since import changes_to_json
+            from bot.diagnosis.since import changes_to_json
 
             out = {"since": changes_to_json(changes), **out}
         print(json.dumps(out, ensure_ascii=False, indent=2))
     else:
-        from bot.render import render_since, render_text
+        from bot.present.render import render_since, render_text
 
         if changes is not None:
             print(render_since(changes, Path(args.since).name if args.since != "-" else "stdin", lang, _want_color()))
@@ -314,8 +315,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 def _plot_log_memory(diagnosis: Any, path: Path) -> None:
     """`explain --plot FILE.png`: the GPU memory picture, when the log states the numbers."""
-    from bot.memory_view import log_memory_bars, log_memory_title
-    from bot.pictures import memory_picture
+    from bot.present.memory_view import log_memory_bars, log_memory_title
+    from bot.present.pictures import memory_picture
 
     bars = log_memory_bars(diagnosis.facts) if diagnosis.facts is not None else ()
     if not bars:
@@ -335,7 +336,7 @@ def _write_png(path: Path, png: bytes) -> None:
 
 def cmd_report_draft(args: argparse.Namespace) -> int:
     """`vllm-doctor report-draft [FILE|-]`: Markdown for a vLLM bug report from a (redacted) log."""
-    from bot.report_draft import draft, environment_from_host
+    from bot.present.report_draft import draft, environment_from_host
 
     env = None
     if args.host_report:
@@ -347,7 +348,7 @@ def cmd_report_draft(args: argparse.Namespace) -> int:
             env = environment_from_host({c.id: c.facts for c in host.checks}, host.host)
     collect_env = None
     if args.collect_env:
-        from bot.paste import decode_input
+        from bot.diagnosis.paste import decode_input
 
         # through the entry like every user text: decoded and redacted once
         collect_env = decode_input(_read_input(args.collect_env, _settings().max_input_bytes),
@@ -437,16 +438,16 @@ def cmd_index(args: argparse.Namespace) -> int:
 
 # -- eval ------------------------------------------------------------------------------------------
 def cmd_train(args: argparse.Namespace) -> int:
-    from bot.ranker_train import run_train
+    from bot.evaluation.ranker_train import run_train
 
     return run_train(args, _pipeline())
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from bot.evaluate import run_eval
+    from bot.evaluation.evaluate import run_eval
 
     if args.replay:
-        from bot.eval_replay import run_replay
+        from bot.evaluation.eval_replay import run_replay
 
         path = Path(args.labelled)
         if not path.is_file():
@@ -587,7 +588,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except DoctorError as exc:
-        from bot.redact import redact
+        from bot.diagnosis.redact import redact
 
         print(f"error: {redact(str(exc))}", file=sys.stderr)  # a message may quote a setting (a database URL)
         return 2
@@ -597,7 +598,7 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except Exception as exc:  # noqa: BLE001 - a bug or an unforeseen fault: one line, never a traceback
         logging.getLogger("bot.cli.main").debug("unexpected error", exc_info=True)
-        from bot.redact import redact
+        from bot.diagnosis.redact import redact
 
         message = redact(str(exc))[:300]
         print(f"error: unexpected {type(exc).__name__}: {message} (run with -v for details)", file=sys.stderr)

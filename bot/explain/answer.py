@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bot.explain.allowlist import command_allowed
-from bot.i18n import is_language, t
+from bot.present.i18n import is_language, t
 
 CONFIDENCES: tuple[str, ...] = ("low", "medium", "high")
 

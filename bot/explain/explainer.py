@@ -28,6 +28,7 @@ import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from bot.diagnosis.fix_values import fitted_case
 from bot.errors import ConfigError, LLMUnavailable
 from bot.explain.answer import (
     CONFIDENCES,
@@ -48,10 +49,9 @@ from bot.explain.prompt import (
     fit_prompt,
 )
 from bot.explain.resilience import AnswerCache, CircuitBreaker
-from bot.fix_values import fitted_case
-from bot.i18n import case_cause, case_summary, step_text, t
 from bot.models import Confidence, Diagnosis, Explanation, Language
 from bot.ops import metrics
+from bot.present.i18n import case_cause, case_summary, step_text, t
 
 if TYPE_CHECKING:
     # openai (~1-2 s to import) loads only when an LLM is configured: a KB-only answer never needs it

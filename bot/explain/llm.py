@@ -29,8 +29,8 @@ from typing import Any
 
 import openai
 
+from bot.diagnosis.redact import redact
 from bot.errors import LLMUnavailable
-from bot.redact import redact
 
 CONNECT_TIMEOUT_S = 3.0
 DEFAULT_CONTEXT_TOKENS = 4096  # assumed when /v1/models does not report max_model_len (non-vLLM servers)

@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING, Any
 
 import jinja2
 
+from bot.diagnosis.fix_values import fitted_case
+from bot.diagnosis.redact import redact
 from bot.errors import LLMUnavailable
 from bot.explain.answer import AnswerLimits, answer_schema
-from bot.fix_values import fitted_case
 from bot.models import Diagnosis, Language, LogLine
-from bot.redact import redact
 
 if TYPE_CHECKING:
     from bot.explain.llm import LLMClient, ServerInfo
@@ -173,8 +173,8 @@ def render_messages(
     root = getattr(draft.diagnosis, "root", None)
     triage_steps: list[str] = []
     if root is not None and draft.diagnosis.verdict != "match":  # no case established: the component's steps
-        from bot.fix_values import fill
-        from bot.root import triage
+        from bot.diagnosis.fix_values import fill
+        from bot.diagnosis.root import triage
 
         steps = triage(root.component).steps
         values = getattr(draft.diagnosis, "fix_values", None)

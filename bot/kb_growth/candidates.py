@@ -1,6 +1,6 @@
 """Candidates for new cases: logs the KB could not answer ("unknown") or whose answer did not help.
 
-Text is redacted before it is stored (bot/redact.py) and kept short (the distilled evidence, not the
+Text is redacted before it is stored (bot/diagnosis/redact.py) and kept short (the distilled evidence, not the
 paste). The same failure pasted again folds into one row (`seen` counts it): the fingerprint is the
 sha256 of the generalised root error lines (as for suggested signatures), so timestamps, PIDs and paths do not make a log look new. When a
 case is added whose signatures match a candidate, the candidate is marked resolved by that case.
@@ -16,11 +16,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from bot.distill import distill
+from bot.diagnosis.distill import distill
+from bot.diagnosis.match import SignatureScanner
+from bot.diagnosis.paste import redacted
 from bot.kb_growth.db import Database
 from bot.kb_growth.suggest import generalise
-from bot.match import SignatureScanner
-from bot.paste import redacted
 from indexer.text import clean_line, mask
 from kb.schema import Case
 
@@ -43,7 +43,7 @@ class Candidate:
     first_seen: float
     last_seen: float
     resolved_by: str | None
-    root_text: str | None = None  # the root line (bot/root.py), redacted
+    root_text: str | None = None  # the root line (bot/diagnosis/root.py), redacted
     component: str | None = None
     versions: dict[str, str] = field(default_factory=dict)
     threads: tuple[tuple[str, str | None], ...] = ()  # (thread, permalink) it was pasted in, first first

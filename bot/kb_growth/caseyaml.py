@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from bot.paste import redacted
+from bot.diagnosis.paste import redacted
 from kb.loader import KBError, parse_case_text  # noqa: F401 - re-exported for bot.kb_growth users
 from kb.schema import Case
 
@@ -91,8 +91,8 @@ def normalised(case: Case) -> Case:
 
 def parse_case_file(path: Path, max_bytes: int = 32 * 1024 * 1024) -> Case:
     """A case file, read no further than `max_bytes` + 1 (a device or a FIFO is not read to its end)."""
+    from bot.diagnosis.paste import read_limited
     from bot.errors import InputTooLarge
-    from bot.paste import read_limited
 
     try:
         with open(path, "rb") as src:

@@ -1,10 +1,10 @@
 """Unknown pastes clustered into drafted cases (issue 26, item 3): the team-learning loop's one implementation.
 
 The product (`KBGrowth.cluster_drafts`, `vllm-doctor kb suggest`, the Slack review post) and the replay
-(`vllm-doctor eval FILE --replay`, bot/eval_replay.py) both add unknowns to a `Clusters` in the order they
+(`vllm-doctor eval FILE --replay`, bot/evaluation/eval_replay.py) both add unknowns to a `Clusters` in the order they
 were pasted and draft from it; nothing here is copied elsewhere.
 
-A paste's key is the shape of its root line: the line bot/root.py reads (else the first exception line),
+A paste's key is the shape of its root line: the line bot/diagnosis/root.py reads (else the first exception line),
 skipping lines a KB signature already explains, generalised by bot/kb_growth/suggest.generalise (numbers,
 paths, hex, quoted names with digits or slashes become small regexes). A new shape joins an existing cluster
 only when the two shapes differ slightly (most of the shorter one's words in the other, MERGE_WORDS) and the
@@ -28,9 +28,9 @@ from typing import Any
 
 import numpy as np
 
+from bot.diagnosis.match import SignatureScanner
 from bot.kb_growth.lint import signature_fires
 from bot.kb_growth.suggest import _escape, _probe_case, generalise, title_from_line
-from bot.match import SignatureScanner
 from bot.models import Distilled, LogLine
 from indexer.text import mask
 
@@ -43,8 +43,8 @@ MIN_DRAFT_LITERAL = 30
 _CLASS_PREFIX = re.compile(r"^(?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception)\s*:\s*|\\\[Errno [^\]]*\\\]\s*")
 _REGEX_PART = re.compile(r"\.\*\?|\\S\+|\\d\+|\[\^?[^\]]*\]\*?\+?|\([^)]*\)[*+?]?|\s\+| \+|\\.")
 _WORD = re.compile(r"[A-Za-z][A-Za-z_]{2,}")
-# Lines that only say another line failed: the wrappers of kb/triage/components.yaml (bot/root.py) plus headers
-# whose detail is on the next error line (pydantic's "1 validation error for VllmConfig", vLLM's
+# Lines that only say another line failed: the wrappers of kb/triage/components.yaml (bot/diagnosis/root.py) plus
+# headers whose detail is on the next error line (pydantic's "1 validation error for VllmConfig", vLLM's
 # "AsyncLLM output_handler failed.", "EngineCore hit an exception"). A cluster on them would join unrelated failures.
 _HEADER = re.compile(
     r"\d+ validation errors? for \w+\s*$|output_handler failed|EngineCore hit an exception|"
@@ -53,7 +53,7 @@ _HEADER = re.compile(
 
 
 def _generic(text: str) -> bool:
-    from bot.root import _WRAPPERS  # the wrapper rules of kb/triage/components.yaml, compiled once there
+    from bot.diagnosis.root import _WRAPPERS  # the wrapper rules of kb/triage/components.yaml, compiled once there
 
     return bool(_HEADER.search(text) or _WRAPPERS.search(text))
 
@@ -76,7 +76,7 @@ def literal_chars(pattern: str) -> int:
 
 
 def cluster_root(distilled: Distilled, scanner: SignatureScanner, root_text: str | None = None) -> str | None:
-    """The paste's root line for clustering: bot/root.py's root line (`root_text`) unless a KB signature
+    """The paste's root line for clustering: bot/diagnosis/root.py's root line (`root_text`) unless a KB signature
     already explains it (a symptom's "engine is dead" is no new failure), else the first exception / error
     line that is not a traceback header, a frame or an explained line."""
     if root_text and root_text.strip() and not _generic(root_text) \

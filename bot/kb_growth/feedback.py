@@ -8,7 +8,7 @@ answers is still one vote. The ranking prior uses the same counts (docs/kb-growt
     prior = MAX_PRIOR * (2 * (solved + 1) / (total + 2) - 1)      Laplace-smoothed solve rate, centred
 
 which is 0 without votes, +0.01 after one "fixed", and stays strictly inside ±MAX_PRIOR (0.03) however
-many votes arrive; bot.match clamps it again. A signature hit is worth 0.72–0.80, so feedback only
+many votes arrive; bot.diagnosis.match clamps it again. A signature hit is worth 0.72–0.80, so feedback only
 reorders cases that are otherwise within a few points of each other.
 """
 
@@ -21,9 +21,9 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from bot.diagnosis.match import MAX_PRIOR
+from bot.diagnosis.paste import redacted
 from bot.kb_growth.db import Database
-from bot.match import MAX_PRIOR
-from bot.paste import redacted
 from bot.storage import StorageError
 
 log = logging.getLogger(__name__)
@@ -160,7 +160,7 @@ class FeedbackStore:
         return outcome.text() if outcome else None
 
     def priors(self) -> LivePriors:
-        """A read-only mapping case id → prior that follows new votes (for bot.match.Matcher)."""
+        """A read-only mapping case id → prior that follows new votes (for bot.diagnosis.match.Matcher)."""
         return LivePriors(self)
 
     def totals(self) -> dict[str, int]:

@@ -26,7 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bot.distill import distill
+from bot.diagnosis.distill import distill
+from bot.diagnosis.match import SignatureScanner
+from bot.diagnosis.paste import Paste, redacted
 from bot.errors import InvalidCase, PermissionDenied, ReviewConflict, UserInputError
 from bot.kb_growth.candidates import CandidateStore
 from bot.kb_growth.caseyaml import normalised
@@ -49,8 +51,6 @@ from bot.kb_growth.suggest import (
 )
 from bot.kb_growth.sync import publish
 from bot.kb_growth.writer import CaseWriter, Written
-from bot.match import SignatureScanner
-from bot.paste import Paste, redacted
 from bot.storage import StorageError
 from kb.loader import DEFAULT_CASES_DIR, load_case_file
 from kb.schema import AREAS, Case, Example
@@ -507,7 +507,7 @@ class KBGrowth:
     def draft_case(self, drafted: ClusterDraft) -> Case:
         """The drafted case as reviewers see it: title, signature, the pastes as examples, the component's triage
         steps as the fix (the reviewer edits cause and fix before or after accepting)."""
-        from bot.root import triage
+        from bot.diagnosis.root import triage
 
         first = self.candidates_text(drafted)
         steps = triage(drafted.component).steps  # type: ignore[arg-type]

@@ -15,8 +15,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bot.distill import distill
-from bot.match import SignatureScanner
+from bot.diagnosis.distill import distill
+from bot.diagnosis.match import SignatureScanner
 from bot.models import LogLine
 from kb.loader import DEFAULT_CASES_DIR
 from kb.schema import Case

@@ -17,11 +17,11 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from bot.distill import distill
+from bot.diagnosis.distill import distill
+from bot.diagnosis.paste import Paste, redacted
+from bot.diagnosis.redact import redact
 from bot.kb_growth.lint import cleaned_lines, signature_fires
 from bot.models import Distilled, LogLine, Match
-from bot.paste import Paste, redacted
-from bot.redact import redact
 from kb.schema import AREAS, Case
 
 MAX_SIGNATURES = 3

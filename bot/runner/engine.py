@@ -15,9 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from bot.diagnosis.redact import redact
 from bot.errors import RunnerError
 from bot.ops import metrics
-from bot.redact import redact
 from bot.runner import bundle
 from bot.runner.inventory import Host
 from bot.runner.parsers import REGISTRY, Output, ParseError, Unavailable

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 from bot.runner.fleet_diff import Difference, Disagreement, Drift
 from bot.runner.report import DiagnosisReport
 
-if TYPE_CHECKING:  # bot.pictures imports matplotlib: only when a picture is drawn (issue 29)
-    from bot.pictures import GridCell, Picture
+if TYPE_CHECKING:  # bot.present.pictures imports matplotlib: only when a picture is drawn (issue 29)
+    from bot.present.pictures import GridCell, Picture
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,7 @@ def grid_cells(report: DiagnosisReport, view: FleetView | None = None) -> tuple[
     """(areas, (host, area) -> cell): the worst verdict and finding per cell. A host the fleet diff names as
     odd, or one of hosts that disagree, is not green where it differs: an ok cell becomes `warn` with the
     difference as its note."""
-    from bot.pictures import GridCell
+    from bot.present.pictures import GridCell
     from bot.runner.fleet_diff import field_area
 
     areas = sorted({c.area for h in report.hosts for c in h.checks}) or ["host"]
@@ -73,7 +73,7 @@ def grid_cells(report: DiagnosisReport, view: FleetView | None = None) -> tuple[
 
 def grid_picture(report: DiagnosisReport, view: FleetView | None = None) -> Picture:
     """Hosts × check areas, coloured by the worst verdict (see grid_cells)."""
-    from bot.pictures import fleet_grid_picture
+    from bot.present.pictures import fleet_grid_picture
 
     hosts = [h.host for h in report.hosts]
     areas, cells = grid_cells(report, view)

@@ -17,8 +17,8 @@ def memory_png(diagnosis: Diagnosis) -> tuple[bytes, str] | None:
     """(PNG, title) of the GPU memory picture, or None when the log has no memory numbers."""
     if diagnosis.facts is None:
         return None
-    from bot.memory_view import log_memory_bars, log_memory_title
-    from bot.pictures import memory_picture
+    from bot.present.memory_view import log_memory_bars, log_memory_title
+    from bot.present.pictures import memory_picture
 
     bars = log_memory_bars(diagnosis.facts)
     if not bars:
@@ -35,7 +35,7 @@ def wants_draft(diagnosis: Diagnosis) -> bool:
 
 def draft_text(diagnosis: Diagnosis, feedback: Mapping[str, str] | None = None,
                host_facts: Mapping[str, Mapping[str, object]] | None = None, host: str | None = None) -> str:
-    from bot.report_draft import draft, environment_from_host
+    from bot.present.report_draft import draft, environment_from_host
 
     env = environment_from_host(host_facts, host or "?") if host_facts else None
     return draft(diagnosis, diagnosis.facts or LogFacts(), env=env, feedback=feedback)
@@ -61,8 +61,8 @@ def fleet_extras(report: Any, settings: Any) -> tuple[list[str], list[tuple[str,
     """For a group run: drift/difference sentences for the summary, and its pictures (grid, GPU memory)."""
     if len(report.hosts) < 2:
         return [], []
-    from bot.memory_view import host_memory_bars
-    from bot.pictures import memory_picture
+    from bot.present.memory_view import host_memory_bars
+    from bot.present.pictures import memory_picture
     from bot.runner.fleet_view import fleet_view, grid_picture, sentences
 
     notes: list[str] = []

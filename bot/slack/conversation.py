@@ -16,11 +16,11 @@ from typing import Any
 from slack_sdk.errors import SlackApiError
 
 from bot import errors
-from bot.i18n import Language, t
+from bot.diagnosis.paste import Paste, decode_input
+from bot.diagnosis.question import question_language
 from bot.models import Diagnosis
 from bot.ops import metrics
-from bot.paste import Paste, decode_input
-from bot.question import question_language
+from bot.present.i18n import Language, t
 from bot.slack import delivery as deliveries
 from bot.slack.deps import SlackDeps
 from bot.slack.files import check_text_size, fetch_file_text
@@ -74,7 +74,7 @@ def tell_user(client: Any, where: Where, message: Message) -> None:
 
 
 def gather_text(deps: SlackDeps, client: Any, request: LogRequest) -> Paste:
-    """The message text plus the text of any shared files, size-checked and redacted (bot.paste): from
+    """The message text plus the text of any shared files, size-checked and redacted (bot.diagnosis.paste): from
     here on only the redacted text exists. Raises UserInputError."""
     parts = [request.text] if request.text.strip() else []
     for file in request.files:
@@ -194,7 +194,7 @@ def _since_working_run(deps: SlackDeps, channel: str, diagnosis: Diagnosis) -> t
         good = deps.healthy_runs.lookup(channel, diagnosis.facts.model)
         if good is None:
             return None
-        from bot.since import what_changed
+        from bot.diagnosis.since import what_changed
 
         return what_changed(deps.pipeline.facts_of(good.text()), diagnosis.facts), good.created
     except Exception:  # noqa: BLE001 - the comparison is extra; the diagnosis stands without it

@@ -9,8 +9,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from bot.diagnosis.paste import Paste
 from bot.models import Diagnosis
-from bot.paste import Paste
 from bot.settings import Settings
 from bot.slack.healthy_runs import HealthyRuns
 from bot.slack.locale import UserLocales

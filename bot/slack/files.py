@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlparse
 
+from bot.diagnosis.paste import decode_by_bom, text_behind_nul_padding
 from bot.errors import BinaryInput, InputTooLarge, UserInputError
-from bot.paste import decode_by_bom, text_behind_nul_padding
 
 _SLACK_FILE_HOST_SUFFIXES = (".slack.com", ".slack-edge.com", ".slack-files.com")
 _COMPRESSED_MAGIC = {b"\x1f\x8b": "gzip", b"PK\x03\x04": "zip", b"BZh": "bzip2", b"\xfd7zXZ": "xz", b"(\xb5/\xfd": "zstd"}

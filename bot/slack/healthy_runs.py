@@ -1,6 +1,6 @@
 """Healthy start-up logs pasted in a channel, kept per (channel, model), so a failing log of the same model
 pasted there later is answered with what changed since the working run (issue 25 item 6; the CLI's
-`explain LOG --since GOOD.log`, bot/since.py).
+`explain LOG --since GOOD.log`, bot/diagnosis/since.py).
 
 Only the redacted lines the facts were read from are kept (line number and text), and the facts are read
 again from them, so what is stored is what `--since` would have read. Kept in a bounded in-memory LRU and,

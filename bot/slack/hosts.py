@@ -22,9 +22,9 @@ from typing import Any
 from slack_sdk.errors import SlackApiError
 
 from bot.errors import DoctorError, UserInputError
-from bot.i18n import Language, case_title, t
 from bot.models import HostRequest
 from bot.pipeline import Requester
+from bot.present.i18n import Language, case_title, t
 from bot.slack.conversation import Where, tell_user
 from bot.slack.reply import hosts as host_blocks
 from bot.slack.reply import kit
@@ -33,7 +33,7 @@ from bot.slack.usergroups import UserGroupDirectory, rule_groups
 
 log = logging.getLogger(__name__)
 
-NOT_CONFIGURED = t("slack.host.not_configured", "en")  # both languages in bot/i18n.py
+NOT_CONFIGURED = t("slack.host.not_configured", "en")  # both languages in bot/present/i18n.py
 MAX_TIER = 2
 
 

@@ -25,11 +25,11 @@ from typing import Any
 from slack_sdk.errors import SlackApiError
 
 from bot.errors import UserInputError
-from bot.i18n import Language, t
 from bot.kb_growth import KBGrowth
 from bot.kb_growth.duplicates import Similar
 from bot.kb_growth.growth import LOOP_AUTHOR
 from bot.kb_growth.submissions import Submission
+from bot.present.i18n import Language, t
 from bot.slack.deps import SlackDeps
 from bot.slack.files import fetch_file_text
 from bot.slack.heuristics import looks_like_error_log
@@ -205,7 +205,7 @@ def note_unknown(deps: SlackDeps, client: Any, *, answer_id: str, diagnosis: Any
     """After an answer: an unknown paste is kept (redacted) with its root line, component, thread link and
     versions; a cluster of them that reached the draft threshold is posted to the reviewers as a drafted case
     (the review flow: Approve accepts it, Reject dismisses it)."""
-    from bot.versions import known_versions
+    from bot.diagnosis.versions import known_versions
 
     growth = deps.kb_growth
     if growth is None:

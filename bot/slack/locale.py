@@ -15,7 +15,7 @@ from typing import Any
 
 from slack_sdk.errors import SlackApiError, SlackClientError
 
-from bot.i18n import Language, as_language
+from bot.present.i18n import Language, as_language
 
 log = logging.getLogger(__name__)
 

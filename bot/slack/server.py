@@ -12,9 +12,9 @@ import time
 from typing import Any
 
 from bot.errors import ConfigError
-from bot.i18n import t
 from bot.kb_growth.sync import KBSync
 from bot.ops.health import ops_app
+from bot.present.i18n import t
 from bot.runner.fleet import FleetQueue
 from bot.settings import Settings
 from bot.slack.app import HttpServer, SocketModeConnection, build_app, build_web_client, wsgi_app

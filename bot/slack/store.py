@@ -79,7 +79,7 @@ CREATE TABLE IF NOT EXISTS claims (
 );
 CREATE INDEX IF NOT EXISTS claims_by_age ON claims (created)
 """),
-    Migration(3, "thread hosts: the versions the checks found (bot/versions.py)", """
+    Migration(3, "thread hosts: the versions the checks found (bot/diagnosis/versions.py)", """
 ALTER TABLE thread_hosts ADD COLUMN versions TEXT NOT NULL DEFAULT '{}'
 """),
     Migration(4, "claims are leases: expiry, state, attempts, the placeholder the answer goes into", """

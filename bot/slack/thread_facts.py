@@ -15,7 +15,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
-from bot.versions import report_gpus, report_versions
+from bot.diagnosis.versions import report_gpus, report_versions
 
 MAX_AGE_S = 24 * 3600
 
@@ -28,7 +28,7 @@ class ThreadHostFacts:
     hosts: tuple[str, ...]  # the hosts that could be checked
     facts: tuple[str, ...]  # redacted lines from FleetReport.facts_for_prompt(), failures first
     created: float = field(default_factory=time.time)
-    # package → version the checks found (bot/versions.py), read against a pasted log's cases' fixed_in;
+    # package → version the checks found (bot/diagnosis/versions.py), read against a pasted log's cases' fixed_in;
     # for a group, only the versions every checked host agrees on
     versions: dict[str, str] = field(default_factory=dict)
     gpus: int | None = None  # GPUs the one checked host counted: fills {tp_fit} when the log does not say

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from bot.errors import ConfigError
-from bot.sqlite_recovery import check_sqlite_file, connect_read_only
+from bot.storage.sqlite_recovery import check_sqlite_file, connect_read_only
 
 log = logging.getLogger(__name__)
 

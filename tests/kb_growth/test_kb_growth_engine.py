@@ -30,10 +30,10 @@ from kb_growth_support import (
     widget_case_data,
 )
 
+from bot.diagnosis.match import MAX_PRIOR, Matcher
 from bot.errors import InvalidCase, PermissionDenied, ReviewConflict
 from bot.kb_growth import KBGrowth
 from bot.kb_growth.caseyaml import parse_case_text
-from bot.match import MAX_PRIOR, Matcher
 from indexer.index import MANIFEST_NAME, KBIndex, case_documents
 from kb.loader import load_kb
 from kb.schema import Case
@@ -153,7 +153,7 @@ def _score(match: Any) -> float:
 
 def _close_pair(engine: Any) -> tuple[Any, str, Any, Any]:
     """A query without signature hits whose two best candidates are within 0.045 of each other."""
-    from bot.distill import distill
+    from bot.diagnosis.distill import distill
 
     plain = Matcher(engine.kb, engine.index, engine.thresholds)
     for case in engine.kb.cases:
@@ -206,7 +206,7 @@ def test_a_signature_hit_outranks_any_feedback(growth: Any, engine: Any) -> None
     best = engine.match(kv_log).matches
     runner_up = next(m for m in best[1:] if not m.signature_hit)
     priors = {"kv-cache-no-memory": -MAX_PRIOR, runner_up.case_id: +MAX_PRIOR}
-    from bot.distill import distill
+    from bot.diagnosis.distill import distill
 
     _, ranked = Matcher(engine.kb, engine.index, engine.thresholds, priors=priors).match(distill(kv_log))
     assert ranked[0].case_id == "kv-cache-no-memory" and ranked[0].scores["prior"] == -MAX_PRIOR

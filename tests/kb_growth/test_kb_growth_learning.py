@@ -176,7 +176,7 @@ def test_votes_and_accepted_cases_become_training_rows_and_bad_rows_are_one_line
     growth: KBGrowth, grow_settings: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: Any
 ) -> None:
     from bot.cli.main import main
-    from bot.evaluate import load_labelled
+    from bot.evaluation.evaluate import load_labelled
     from bot.kb_growth.training import training_rows
 
     kb = growth.pipeline.kb

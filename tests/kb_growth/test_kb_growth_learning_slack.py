@@ -138,16 +138,16 @@ def test_reviewers_retrain_the_ranker_from_app_home_and_others_are_refused(
     from kb_growth_support import make_engine
     from slack_support import SlackSender, bot_settings
 
-    import bot.ranker_train
-    from bot.evaluate import load_labelled
+    import bot.evaluation.ranker_train
+    from bot.evaluation.evaluate import load_labelled
     from bot.slack.server import SlackBot
 
     artifact = tmp_path / "ranker.json"
     settings = grow_settings.model_copy(update={"ranker_path": artifact})
-    dev = load_labelled(bot.ranker_train.DEFAULT_LABELLED)[:30]  # a small labelled file keeps the test short
+    dev = load_labelled(bot.evaluation.ranker_train.DEFAULT_LABELLED)[:30]  # a small labelled file keeps the test short
     small = tmp_path / "small.jsonl"
     small.write_text("".join(json.dumps(r) + "\n" for r in dev), encoding="utf-8")
-    monkeypatch.setattr(bot.ranker_train, "DEFAULT_LABELLED", small)
+    monkeypatch.setattr(bot.evaluation.ranker_train, "DEFAULT_LABELLED", small)
     engine = make_engine(settings)
     cfg = bot_settings(fake, settings, kb_reviewers=[REVIEWER], kb_review_channel=REVIEW_CHANNEL)
     slack_bot = SlackBot(cfg, engine, http=True).start()

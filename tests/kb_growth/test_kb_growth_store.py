@@ -12,7 +12,8 @@ import pytest
 import yaml
 from kb_growth_support import widget_case_data
 
-from bot.distill import distill
+from bot.diagnosis.distill import distill
+from bot.diagnosis.match import MAX_PRIOR, SignatureScanner
 from bot.errors import InvalidCase, ReviewConflict
 from bot.kb_growth.candidates import CandidateStore
 from bot.kb_growth.caseyaml import parse_case_text, render_case
@@ -24,7 +25,6 @@ from bot.kb_growth.lint import healthy_logs, lint_case
 from bot.kb_growth.submissions import SubmissionStore
 from bot.kb_growth.suggest import generalise, suggest_signatures, suggest_title
 from bot.kb_growth.writer import CaseWriter
-from bot.match import MAX_PRIOR, SignatureScanner
 from kb.loader import KBError, load_kb
 from kb.schema import Case
 

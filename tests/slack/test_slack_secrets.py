@@ -17,8 +17,8 @@ from fake_slack import FakeFile, FakeSlack
 from secret_corpus import SHAPES, corpus_paste, leaks
 from slack_logs import KV_CACHE_CASE
 
-from bot.i18n import t
 from bot.pipeline import Pipeline
+from bot.present.i18n import t
 
 
 @pytest.fixture

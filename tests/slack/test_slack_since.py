@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from fake_slack import BOT_USER_ID, FakeSlack
 
-from bot.facts import read_facts
+from bot.diagnosis.facts import read_facts
+from bot.diagnosis.since import what_changed
 from bot.runner.report import CheckResult, DiagnosisReport, HostReport
-from bot.since import what_changed
 from bot.slack.healthy_runs import HealthyRun, HealthyRuns
 from bot.slack.store import SlackStateDB
 from bot.slack.thread_facts import ThreadHostFacts

@@ -84,7 +84,7 @@ def nvidia_smi_gpus(out: Output) -> Facts:
     gpus, caps, names = [], [], []
     totals, used = [], []
     busiest, busiest_used = None, -1.0
-    per_gpu: list[dict[str, object]] = []  # for the memory picture (bot/memory_view.py)
+    per_gpu: list[dict[str, object]] = []  # for the memory picture (bot/present/memory_view.py)
     for index, name, bus_id, total, mem_used, cap in rows:
         total_n, used_n = to_number(total), to_number(mem_used)
         per_gpu.append({"index": index, "name": name, "total_mib": total_n, "used_mib": used_n})
@@ -320,7 +320,7 @@ def gpu_apps(out: Output) -> Facts:
         "vllm_count": vllm_count,
         "free_share_for_vllm": free_share,
         "tightest_gpu": tightest,
-        # each GPU's memory as gpu.inventory gives it, for the memory picture (bot/memory_view.py)
+        # each GPU's memory as gpu.inventory gives it, for the memory picture (bot/present/memory_view.py)
         "per_gpu": [{"index": i, "bus": g["bus"], "total_mib": g["total"], "used_mib": g["used"]}
                     for i, g in enumerate(gpus)],
         "error": None,

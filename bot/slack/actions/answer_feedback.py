@@ -7,8 +7,8 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from bot.i18n import t
 from bot.kb_growth import KBGrowth
+from bot.present.i18n import t
 from bot.slack.deps import SlackDeps
 from bot.slack.kb_growth_edge import language_of, user_of
 from bot.slack.reply import kb_growth as kbb

@@ -8,7 +8,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from bot.i18n import Language, t
+from bot.present.i18n import Language, t
 from bot.slack.deps import SlackDeps
 
 log = logging.getLogger(__name__)

@@ -36,7 +36,7 @@ def retrain_ranker(deps: SlackDeps, growth: KBGrowth) -> Callable[..., None]:
 
 
 def _retrain(deps: SlackDeps, client: Any, user_id: str) -> None:
-    from bot.ranker_train import retrain  # scikit-learn: only when a reviewer asks
+    from bot.evaluation.ranker_train import retrain  # scikit-learn: only when a reviewer asks
 
     if not _RUNNING.acquire(blocking=False):
         _tell(client, user_id, "The ranker is being retrained already; you will hear when it is done.",

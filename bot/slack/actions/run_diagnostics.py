@@ -7,7 +7,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from bot.i18n import t
+from bot.present.i18n import t
 from bot.slack.deps import SlackDeps
 from bot.slack.reply import hosts as host_blocks
 from bot.slack.reply import kit

@@ -7,14 +7,14 @@ from collections.abc import Callable
 from typing import Any
 
 from bot.errors import UserInputError
-from bot.i18n import t
+from bot.present.i18n import t
 from bot.slack.conversation import LogRequest, Where, diagnose_and_answer
 from bot.slack.deps import SlackDeps
 from bot.slack.files import check_text_size
 from bot.slack.incoming import slack_to_plain
 from bot.slack.reply import kit
 
-USAGE = t("slack.usage.explain", "en")  # both languages in bot/i18n.py
+USAGE = t("slack.usage.explain", "en")  # both languages in bot/present/i18n.py
 
 
 def vllm_explain(deps: SlackDeps) -> Callable[..., None]:

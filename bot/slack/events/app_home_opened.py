@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from bot.i18n import Language
+from bot.present.i18n import Language
 from bot.slack.deps import SlackDeps
 from bot.slack.reply import home as home_blocks
 from bot.slack.reply import kb_growth as kbb

@@ -10,8 +10,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from bot.i18n import t
-from bot.question import is_deployment_question, question_language
+from bot.diagnosis.question import is_deployment_question, question_language
+from bot.present.i18n import t
 from bot.slack.conversation import LogRequest, Where, diagnose_and_answer, tell_user
 from bot.slack.deps import SlackDeps
 from bot.slack.heuristics import looks_like_error_log

@@ -12,11 +12,11 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from bot.fix_values import fill, note_lines, step_lines
-from bot.i18n import Language, as_language, case_cause, note_text, step_text, t
+from bot.diagnosis.fix_values import fill, note_lines, step_lines
+from bot.diagnosis.root import established, read_root, search_phrase, triage
 from bot.models import Component, Diagnosis, Match
-from bot.render import answer_root, fact_text, shown_scores
-from bot.root import established, read_root, search_phrase, triage
+from bot.present.i18n import Language, as_language, case_cause, note_text, step_text, t
+from bot.present.render import answer_root, fact_text, shown_scores
 from bot.slack.reply.kit import (
     ACTION_ADD_KB_CASE,
     ACTION_DRAFT_ISSUE,
@@ -94,7 +94,7 @@ def answer(
     """The threaded answer, in `language` (default: the language of the paste or question). `case` is the kb Case of the best match (fix steps, cause); `explanation`
     the final Explanation (LLM or KB); `streaming_text` the LLM text so far while it is being written;
     `host_facts_note` (host_facts_note()) is shown while and when the LLM explains with host facts; `since`
-    (changes, when) what differs from the channel's last healthy start-up of the same model (bot/since.py)."""
+    (changes, when) what differs from the channel's last healthy start-up of the same model (bot/diagnosis/since.py)."""
     lang: Language = as_language(language) or as_language(diagnosis.distilled.language) or "en"
     language = lang
     question = getattr(diagnosis, "kind", "log") == "question"
@@ -130,7 +130,7 @@ def answer(
     blocks.append(_section(head, "verdict"))
     if since is not None:  # what changed since this model last started fine here, before the diagnosis
         blocks.append(_section(_since_text(since[0], since[1], diagnosis, lang), "since"))
-    if not question or root is not None:  # the line to fix leads (bot/root.py)
+    if not question or root is not None:  # the line to fix leads (bot/diagnosis/root.py)
         blocks.append(_section(_root_text(diagnosis, root, lang), "root"))
 
     # 2. evidence
@@ -296,7 +296,7 @@ def _why_text(
 
 
 def _fit_lines(case: Any, diagnosis: Diagnosis, lang: Language, from_case: bool = True) -> list[str]:
-    """How the commands' computed values were worked out from the log, and notes on them (bot/fix_values.py).
+    """How the commands' computed values were worked out from the log, and notes on them (bot/diagnosis/fix_values.py).
     from_case: the steps shown are the case's own (not the LLM's): then a <…> left unfilled is pointed out."""
     values = getattr(diagnosis, "fix_values", None)
     unfilled = t("fit.unfilled", lang)

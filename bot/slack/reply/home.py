@@ -6,7 +6,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from bot.i18n import Language, t
+from bot.present.i18n import Language, t
 from bot.slack.recent import AnswerRecord
 from bot.slack.reply.kit import VIEW_BLOCKS_MAX, Message, _context, _header, _section
 from bot.slack.reply.mrkdwn import (
@@ -16,7 +16,7 @@ from bot.slack.reply.mrkdwn import (
     inline_code,
 )
 
-HELP_TEXT = t("slack.help.body", "en")  # the text lives in bot/i18n.py (both languages)
+HELP_TEXT = t("slack.help.body", "en")  # the text lives in bot/present/i18n.py (both languages)
 
 
 def help_message(*, max_bytes: int, watch_channels: Sequence[str], runner_enabled: bool,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from bot.i18n import Language, t
+from bot.present.i18n import Language, t
 from bot.slack.reply.kit import (
     FALLBACK_TEXT_MAX,
     MESSAGE_BLOCKS_MAX,

@@ -12,9 +12,9 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from bot.i18n import Language, t
 from bot.kb_growth.duplicates import Similar
 from bot.kb_growth.form import SEVERITIES, CaseForm
+from bot.present.i18n import Language, t
 from bot.slack.reply.kit import Message
 from bot.slack.reply.mrkdwn import (
     code_block,
@@ -46,7 +46,7 @@ SECTION_MAX = 3000
 OPTION_TEXT_MAX = 75
 
 _FORM_FIELDS: list[tuple[str, bool, int]] = [
-    # block_id, multiline, max_length; label and hint: kbform.field.<id> / kbform.hint.<id> in bot/i18n.py
+    # block_id, multiline, max_length; label and hint: kbform.field.<id> / kbform.hint.<id> in bot/present/i18n.py
     ("title", False, 140),
     ("title_zh", False, 80),
     ("cause", True, 3000),
@@ -81,7 +81,7 @@ def _option(text: str, value: str, description: str | None = None) -> dict[str, 
 
 def _modal(callback_id: str, blocks: list[dict[str, Any]], private_metadata: str = "", submit: str | None = None,
            close: str = "kbform.cancel", lang: Language = "en") -> dict[str, Any]:
-    """`submit` and `close` are bot/i18n.py keys."""
+    """`submit` and `close` are bot/present/i18n.py keys."""
     view: dict[str, Any] = {
         "type": "modal",
         "callback_id": callback_id,

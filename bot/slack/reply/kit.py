@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from bot.i18n import Language, t
+from bot.present.i18n import Language, t
 from bot.slack.reply.mrkdwn import (
     escape,
     escape_limited,

@@ -7,7 +7,7 @@ import json
 from collections.abc import Callable
 from typing import Any, cast
 
-from bot.i18n import t
+from bot.present.i18n import t
 from bot.slack.conversation import Where
 from bot.slack.deps import SlackDeps
 from bot.slack.hosts import start_host_diagnosis

@@ -8,8 +8,8 @@ from collections.abc import Callable
 from typing import Any
 
 from bot.errors import InvalidCase, ReviewConflict, UserInputError
-from bot.i18n import Language, t
 from bot.kb_growth import KBGrowth
+from bot.present.i18n import Language, t
 from bot.slack.deps import SlackDeps
 from bot.slack.kb_growth_edge import ERROR_TEXT_MAX, language_of, request_review, safe_update, user_of
 from bot.slack.reply import kb_growth as kbb

@@ -1,7 +1,7 @@
 """What changed between a working run and the failing one (issue 25, item 6: `explain LOG --since GOOD.log`).
 
-Both logs are read by the same facts reader (bot/facts.py); every setting both state and state differently is a
-`Change`, grouped as versions, engine arguments and memory figures, with the line of each side. A setting only
+Both logs are read by the same facts reader (bot/diagnosis/facts.py); every setting both state and state differently
+is a `Change`, grouped as versions, engine arguments and memory figures, with the line of each side. A setting only
 one log states is not a change we know of (the other may have used the default) and is left out. Pure.
 """
 
@@ -10,8 +10,8 @@ from __future__ import annotations
 import re
 from typing import Literal
 
+from bot.diagnosis.root import read_root
 from bot.models import Change, Distilled, LogFacts
-from bot.root import read_root
 
 # what a vLLM server prints once it serves (or has sized its KV cache): a start-up that worked
 _STARTED = re.compile(r"Application startup complete|Uvicorn running on|Starting vLLM API server|"

@@ -1,4 +1,4 @@
-"""What fills a GPU, as bars for bot/pictures.py: from the facts a log states, or from a host diagnosis.
+"""What fills a GPU, as bars for bot/present/pictures.py: from the facts a log states, or from a host diagnosis.
 
 A log's memory-profiling line gives one GPU's budget (total × gpu_memory_utilization) split into weights,
 activation peak, non-torch memory and the KV cache that is left; a KV cache ≤ 0 is the failing part.
@@ -9,7 +9,7 @@ planned share no longer fits is the failing part.
 from __future__ import annotations
 
 from bot.models import FleetReport, LogFacts
-from bot.pictures import MemoryBar, Segment
+from bot.present.pictures import MemoryBar, Segment
 
 MIB_PER_GIB = 1024.0
 DEFAULT_UTILIZATION = 0.9  # vLLM's default gpu_memory_utilization

@@ -16,10 +16,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Literal, Protocol
 
-from bot.frames import FrameIndex, cut_frames
+from bot.diagnosis.frames import FrameIndex, cut_frames
+from bot.diagnosis.ranker import Candidate, PasteContext
+from bot.diagnosis.versions import Versions, check_case, known_versions
 from bot.models import Distilled, Evidence, LogFacts, LogLine, Match, Note, Verdict, WrappedLine
-from bot.ranker import Candidate, PasteContext
-from bot.versions import Versions, check_case, known_versions
 from indexer.text import mask
 from kb.loader import KnowledgeBase
 from kb.rules import FACTS, FactValue, Node, evaluate, fact_names
@@ -78,7 +78,7 @@ class SearchIndex(Protocol):
 
 
 class Rescorer(Protocol):
-    """The learned ranker (bot/ranker.py BoundRanker): a new score per candidate, None to keep the fixed one."""
+    """The learned ranker (bot/diagnosis/ranker.py BoundRanker): a new score per candidate, None to keep the fixed one."""
 
     def rescore(
         self, cands: Sequence[Candidate], ctx: PasteContext, match: float, uncertain: float
@@ -113,7 +113,7 @@ class MatchParams:
     signature_info: float = 0.70  # ... only on INFO/WARNING lines (weighs less than a root error)
     signature_symptom: float = 0.65  # ... of a symptom case (engine dead, worker died)
     retrieval_scale: float = 0.65  # retrieval-only score multiplier
-    frame_weight: float = 0.65  # added for the frames a cut traceback shares with a case (bot/frames.py)
+    frame_weight: float = 0.65  # added for the frames a cut traceback shares with a case (bot/diagnosis/frames.py)
     fact_rule: float = 0.85  # score of a case whose fact rule the log proves (kb/rules.py)
     fixed_version_penalty: float = 0.15  # the log shows a version where the case is already fixed
     secondary_gap: float = 0.01  # how far a demoted symptom/advisory sits below the cause it yields to
@@ -272,7 +272,7 @@ class Matcher:
         """priors: optional case id → small score adjustment from user feedback (clamped to ±MAX_PRIOR).
 
         thresholds, when given, override the ones in params (settings overrides). ranker: the learned ranker
-        (VLLM_DOCTOR_RANKER=learned, bot/ranker.py); None: the fixed fusion."""
+        (VLLM_DOCTOR_RANKER=learned, bot/diagnosis/ranker.py); None: the fixed fusion."""
         self.params = params or MatchParams()
         self.ranker = ranker
         self.kb = kb
@@ -329,7 +329,7 @@ class Matcher:
     ) -> Ranking:
         """Ranked cases, the advisories noticed on the side, and notes (truncated paste, versions).
 
-        versions: package → version known for this paste (bot.versions.known_versions: the log's, then a
+        versions: package → version known for this paste (bot.diagnosis.versions.known_versions: the log's, then a
         host diagnosed in the same Slack thread); default: the versions in `facts`."""
         s = self._read_paste(distilled, mode, facts, versions)
         entries = [
@@ -462,7 +462,7 @@ class Matcher:
         if startup_hint:
             score = min(score, self.thresholds.match - 0.01)
         notes: list[Note] = []
-        version = check_case(case.affects, case.fixed_in, s.known)  # bot/versions.py
+        version = check_case(case.affects, case.fixed_in, s.known)  # bot/diagnosis/versions.py
         if version.note:
             notes.append(version.note)
         if version.superseded:

@@ -2,7 +2,7 @@
 
 Case YAML writes its commands with named placeholders (kb.schema.PLACEHOLDERS): `vllm serve {model}
 --tensor-parallel-size {tp} --max-model-len {max_model_len_fit}`. `fit_values` reads the values from the
-facts the log states (bot/facts.py LogFacts) and, for the `_fit` names, computes them from the numbers the
+facts the log states (bot/diagnosis/facts.py LogFacts) and, for the `_fit` names, computes them from the numbers the
 log reports, keeping the arithmetic (an i18n key and its numbers) and the lines it came from, so the edge can
 show "21440 = the longest context the log says the KV cache holds (L57)". `fill` writes the command; a
 placeholder with no value shows as `<name>`, never as a guessed number. Pure functions over typed values.
@@ -14,8 +14,8 @@ import math
 import re
 from collections.abc import Mapping
 
-from bot.i18n import Language, t
 from bot.models import FilledValue, FixValues, LogFacts
+from bot.present.i18n import Language, t
 from kb.schema import PLACEHOLDER_RE, Case
 
 # placeholder → the LogFacts field it is, as the log states it

@@ -16,8 +16,8 @@ from dataclasses import fields
 
 from packaging.version import InvalidVersion, Version
 
+from bot.diagnosis.redact import redact
 from bot.models import LogFacts
-from bot.redact import redact
 from indexer.literals import literal_set
 from indexer.text import clean_line, strip_ansi
 
@@ -307,7 +307,7 @@ _RULES: list[tuple[str, re.Pattern[str], _Handler]] = [
     ("cuda_visible_devices", re.compile(r"CUDA_VISIBLE_DEVICES=([\d,]+)(?:\s|$)"),
      lambda m, f: f.set("gpu_count", len([d for d in m.group(1).split(",") if d]))),
 ]
-# a platform other than Linux + NVIDIA (bot/root.py reads a generic error there as the platform's): marker,
+# a platform other than Linux + NVIDIA (bot/diagnosis/root.py reads a generic error there as the platform's): marker,
 # the pattern that confirms it, the name shown. Markers are picked so that no common word holds them ("tpu" is
 # in "output", "npu" in "input"): each marker is read on a bounded number of lines.
 _PLATFORMS: tuple[tuple[str, str, str], ...] = (

@@ -1,11 +1,11 @@
 """A case's `affects` / `fixed_in` read against the versions known for a paste (issue 9, item 4).
 
-Pure functions over typed values: the versions the log printed (bot/facts.py `LogFacts`) and, in a Slack
+Pure functions over typed values: the versions the log printed (bot/diagnosis/facts.py `LogFacts`) and, in a Slack
 thread where `/vllm-diagnose` ran, the versions the host checks found (bot/slack/thread_facts.py). The log
 wins where both say something: it is the run that failed, the host may have changed since.
 
 Outcomes for one case: a note (a `bot.models.Note` value, e.g. kind "upgrade": fixed in vllm 0.6.4, the log shows
-0.5.3; the presentation words it, bot/i18n.py), and
+0.5.3; the presentation words it, bot/present/i18n.py), and
 whether the version shown already has the fix (or lies outside `affects`), which the matcher ranks down
 (`MatchParams.fixed_version_penalty`). No version known: nothing.
 """

@@ -12,9 +12,9 @@ import statistics
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, fields, replace
 
+from bot.diagnosis.match import Fusion, Matcher, MatchParams, Mode, SearchHit, SearchIndex
 from bot.errors import UserInputError
-from bot.eval_variants import truncate
-from bot.match import Fusion, Matcher, MatchParams, Mode, SearchHit, SearchIndex
+from bot.evaluation.eval_variants import truncate
 from bot.models import Distilled, LogFacts, Verdict
 from kb.loader import KnowledgeBase
 
@@ -185,7 +185,7 @@ class CachedMatching:
     def snapshot(
         self,
     ) -> tuple[dict[str, tuple[Distilled, LogFacts] | None], dict[tuple[str, int], Sequence[SearchHit]]]:
-        """The distillations and searches so far (bot/ranker_train.py keeps them in a cache file)."""
+        """The distillations and searches so far (bot/evaluation/ranker_train.py keeps them in a cache file)."""
         return dict(self._distilled), self._index.snapshot()
 
     def restore(

@@ -1,6 +1,6 @@
 """Diagnosis → terminal text (the CLI's human output), in the answer's language. Pure; golden-tested.
 
-A log's answer leads with its root line (bot/root.py). When the log establishes a case, the case's cause and
+A log's answer leads with its root line (bot/diagnosis/root.py). When the log establishes a case, the case's cause and
 fix follow; when it does not (`unknown`, or an `uncertain` whose top case rests on shared words only), the
 candidates are listed as "possibly related", one line each, and the answer is built from the root line: the
 component's triage steps, the host checks worth running, a search phrase, a pointer to the report draft.
@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from bot.facts import fact_lines
-from bot.fix_values import fill, note_lines, step_lines
-from bot.i18n import Language, case_cause, case_title, fact_label, note_text, step_text, t
-from bot.root import cases_affecting, classify, established, read_root, search_phrase, triage
+from bot.diagnosis.facts import fact_lines
+from bot.diagnosis.fix_values import fill, note_lines, step_lines
+from bot.diagnosis.root import cases_affecting, classify, established, read_root, search_phrase, triage
+from bot.present.i18n import Language, case_cause, case_title, fact_label, note_text, step_text, t
 
 if TYPE_CHECKING:
     from bot.models import Match, Root
@@ -32,7 +32,7 @@ def _c(text: str, code: str, color: bool) -> str:
 
 
 def _command_lines(command: str, values: Any, color: bool, lang: Language, said: set[str]) -> list[str]:
-    """A fix command filled from the log (bot/fix_values.py), then the arithmetic of each computed value
+    """A fix command filled from the log (bot/diagnosis/fix_values.py), then the arithmetic of each computed value
     (a line already said for an earlier step, such as "fill in the <…> values", is not repeated)."""
     out = [_c(f"        $ {fill(command, values)}", "cyan", color)]
     for line in step_lines(command, values, lang):

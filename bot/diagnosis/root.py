@@ -18,8 +18,8 @@ from typing import Any, Literal
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
+from bot.diagnosis.versions import known_versions
 from bot.models import Component, Distilled, LogFacts, LogLine, Match, Root, Verdict
-from bot.versions import known_versions
 from kb.triage import ComponentMap, Triage, default_component_map, default_triage
 
 # What kind of line the root is, and so why it was chosen (the answer says it).

@@ -1,8 +1,8 @@
 """`vllm-doctor eval`: how well diagnosis generalises to logs it was not tuned on (docs/matching.md).
 
-The labelled logs are split by source repository (grouped k-fold, bot/eval_tuning.py): MatchParams are
+The labelled logs are split by source repository (grouped k-fold, bot/evaluation/eval_tuning.py): MatchParams are
 tuned on the training folds only and each log is scored with the params tuned without its repository.
-Reported per variant (bot/eval_variants.py: clean, noisy, truncated, two-failures): the pooled held-back
+Reported per variant (bot/evaluation/eval_variants.py: clean, noisy, truncated, two-failures): the pooled held-back
 metrics and their spread over the folds, then the gap between tuning and held-back numbers, then the
 single retrievers (hybrid / rrf / bm25 / dense) with the untuned default params for comparison. A blind
 round beside the labelled file (blind.jsonl: logs collected after tuning) is scored apart, with the shipped
@@ -19,8 +19,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from bot.diagnosis.match import Fusion, MatchParams, Mode
 from bot.errors import UserInputError
-from bot.eval_tuning import (
+from bot.evaluation.eval_tuning import (
     METRIC_NAMES,
     CachedMatching,
     FoldResult,
@@ -32,8 +33,7 @@ from bot.eval_tuning import (
     repository,
     spread,
 )
-from bot.eval_variants import StartupNoise, bury, load_warnings, partner_index, truncate, two_failures
-from bot.match import Fusion, MatchParams, Mode
+from bot.evaluation.eval_variants import StartupNoise, bury, load_warnings, partner_index, truncate, two_failures
 
 if TYPE_CHECKING:
     from bot.pipeline import Pipeline
@@ -358,7 +358,7 @@ def run_eval(args: argparse.Namespace, doctor: Pipeline) -> int:
 
 
 def _score_question_set(args: argparse.Namespace, labelled: Path, doctor: Any) -> None:
-    """Hook: the question set (bot/question_eval.py) beside the logs, unless --no-questions."""
+    """Hook: the question set (bot/evaluation/question_eval.py) beside the logs, unless --no-questions."""
     if getattr(args, "no_questions", False):
         return
     given = getattr(args, "questions", None)
@@ -367,7 +367,7 @@ def _score_question_set(args: argparse.Namespace, labelled: Path, doctor: Any) -
         if given:
             raise UserInputError(f"no such file: {path}")
         return
-    from bot.question_eval import format_question_table, load_questions, score_questions
+    from bot.evaluation.question_eval import format_question_table, load_questions, score_questions
 
     scores = score_questions(doctor, load_questions(path))
     blind = labelled.parent / "questions_blind.jsonl"

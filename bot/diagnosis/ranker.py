@@ -1,9 +1,9 @@
 """The learned ranker (issue 26): per-(paste, case) features and the scoring of a trained artifact.
 
-The matcher (bot/match.py) still finds the candidates and their signals (signatures, BM25, dense, frames,
+The matcher (bot/diagnosis/match.py) still finds the candidates and their signals (signatures, BM25, dense, frames,
 fact rules, roles, versions) and still orders a cause's signature or proven rule above everything else;
 this module replaces the fixed fusion arithmetic of the remaining score with a model trained on the labelled
-logs (bot/ranker_train.py, `vllm-doctor train`) and calibrated on held-back folds, mapped onto the matcher's
+logs (bot/evaluation/ranker_train.py, `vllm-doctor train`) and calibrated on held-back folds, mapped onto the matcher's
 score scale so that `match` keeps its meaning (held-back precision ≥ the artifact's target).
 
 Inference is plain Python over the JSON artifact (a logistic layer over the features plus a small forest of
@@ -27,7 +27,7 @@ from kb.schema import Case
 ARTIFACT_FORMAT = 1
 DEFAULT_ARTIFACT = Path(__file__).resolve().parent.parent / "kb" / "ranker" / "ranker.json"
 ROLES = ("cause", "symptom", "advisory")
-# The lowest score a rescored candidate gets (bot/match.py MIN_SCORE drops candidates below 0.10): a candidate
+# The lowest score a rescored candidate gets (bot/diagnosis/match.py MIN_SCORE drops candidates below 0.10): a candidate
 # the fixed fusion kept stays listed, so top-3 still holds three cases.
 SCORE_FLOOR = 0.10
 # Isotonic calibration is a step function: this much of the raw output's logistic breaks its ties, so the
@@ -37,7 +37,7 @@ TIE_BREAK = 1e-4
 
 @dataclass(frozen=True)
 class Candidate:
-    """What the matcher knows about one candidate case of one paste (bot/match.py builds it)."""
+    """What the matcher knows about one candidate case of one paste (bot/diagnosis/match.py builds it)."""
 
     case_id: str
     role: str

@@ -23,8 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bot.eval_tuning import CachedMatching
-from bot.evaluate import load_labelled
+from bot.diagnosis.match import Matcher, MatchParams, SearchHit, SearchIndex, SignatureScanner
+from bot.diagnosis.root import read_root
+from bot.evaluation.eval_tuning import CachedMatching
+from bot.evaluation.evaluate import load_labelled
 from bot.kb_growth.clusters import (
     DEFAULT_SIMILARITY,
     MIN_DRAFT_LITERAL,
@@ -40,10 +42,8 @@ from bot.kb_growth.clusters import (
 )
 from bot.kb_growth.lint import cleaned_lines, healthy_logs, signature_fires
 from bot.kb_growth.suggest import _probe_case
-from bot.match import Matcher, MatchParams, SearchHit, SearchIndex, SignatureScanner
 from bot.models import Distilled
 from bot.pipeline import Pipeline
-from bot.root import read_root
 from kb.loader import KnowledgeBase
 from kb.schema import Case
 

@@ -208,7 +208,7 @@ def merge_environment(log_env: Environment, other: Environment) -> tuple[Environ
 
 def _collect_env_differences(collect_env: str, facts: LogFacts) -> list[str]:
     """Versions the log states that differ from a pasted collect_env output (the log is the failing run)."""
-    from bot.facts import read_facts  # the same reader: collect_env's "vLLM Version: …" lines
+    from bot.diagnosis.facts import read_facts  # the same reader: collect_env's "vLLM Version: …" lines
 
     pasted = read_facts(collect_env)
     out = []

@@ -12,8 +12,8 @@ from collections import deque
 from collections.abc import Sequence
 from itertools import islice
 
+from bot.diagnosis.paste import Paste, decode_input, redacted  # noqa: F401 - decode_input: the entry, re-exported
 from bot.models import Distilled, LogLevel, LogLine, WrappedLine
-from bot.paste import Paste, decode_input, redacted  # noqa: F401 - decode_input: the entry, re-exported
 from indexer.literals import for_lines
 from indexer.text import BOILERPLATE_RE, clean_line, mask, strip_ansi
 
@@ -184,7 +184,7 @@ def extra_keywords(literals: list[str]) -> tuple[str, ...]:
 
 def distill(paste: Paste | str, notes: tuple[str, ...] = (), keywords: tuple[str, ...] = ()) -> Distilled:
     """Distil a decoded paste. Linear in its size. `keywords` extends the pre-filter (see extra_keywords).
-    Plain text is redacted first (bot.paste.redacted), so nothing distilled ever holds a secret."""
+    Plain text is redacted first (bot.diagnosis.paste.redacted), so nothing distilled ever holds a secret."""
     paste = redacted(paste)
     text, notes = paste.text, (*paste.notes, *notes)
     total_bytes = len(text)
@@ -235,7 +235,8 @@ def distill(paste: Paste | str, notes: tuple[str, ...] = (), keywords: tuple[str
                 line = LogLine(idx + 1, head, "root")
                 roots.append(line)
                 _keep(candidates, head_candidates, line)
-            if not head:  # the header itself: it ties an error record above it to this traceback (bot/match.py)
+            # the header itself: it ties an error record above it to this traceback (bot/diagnosis/match.py)
+            if not head:
                 _keep(candidates, head_candidates, LogLine(idx + 1, stripped, "context"))
             exc, frames, next_free = _walk_traceback(lines, idx + 1)
             if exc is None and bare_class and mask(head) not in seen:

@@ -1,7 +1,7 @@
 """PNG pictures for answers: GPU memory bars (from a log's facts or a host diagnosis) and the fleet grid.
 
 The only matplotlib import in the project (Agg backend: no display, thread-safe per figure). Inputs are
-plain values built by `bot/memory_view.py` and `bot/runner/fleet_diff.py`; this module only draws. Every
+plain values built by `bot/present/memory_view.py` and `bot/runner/fleet_diff.py`; this module only draws. Every
 picture is sized for a phone screen (about 1,000–1,400 px wide, 13 pt and larger text) and returns the
 labels it drew, so tests can check what a person would read without OCR.
 """

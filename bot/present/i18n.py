@@ -105,7 +105,7 @@ _TEXT: dict[str, dict[Language, str]] = {
     # an LLM-written command that is neither a KB case's nor an allow-listed diagnostic (bot/explain/answer.py)
     "text.unchecked_command": {"en": "⚠ unchecked command written by the LLM: do not run it without reading it",
                                "zh": "⚠ 由 LLM 写出、未经核对的命令：请先读懂，不要直接运行"},
-    # notes of the ranking (bot/match.py)
+    # notes of the ranking (bot/diagnosis/match.py)
     "note.truncated": {"en": "the paste ends inside a traceback: its final error line is missing, so this is the best "
                              "guess from the frames and facts above it (paste the lines that follow to be sure)",
                        "zh": "粘贴的内容在 traceback 中间就结束了，缺少最后的报错行；这是根据上面的调用栈和日志事实做出的最佳猜测"
@@ -123,7 +123,7 @@ _TEXT: dict[str, dict[Language, str]] = {
     "note.consequence_unseen": {"en": "this is a consequence; the paste does not show the earlier root error — paste "
                                       "the lines before it",
                                 "zh": "这是后果；粘贴的内容里没有更早的根本报错 — 请把它之前的几行也贴上来"},
-    # a case's affects / fixed_in against the versions known for a paste (bot/versions.py); match notes
+    # a case's affects / fixed_in against the versions known for a paste (bot/diagnosis/versions.py); match notes
     "version.where_log": {"en": "this log shows {shown}", "zh": "这段日志显示的是 {shown}"},
     "version.where_host": {"en": "host {host} has {shown}", "zh": "主机 {host} 上是 {shown}"},
     "version.upgrade": {"en": "fixed in {package} {fixed}; {where} — upgrading is the fix",
@@ -409,7 +409,7 @@ _TEXT: dict[str, dict[Language, str]] = {
     "host.summary": {"en": "{hosts} host(s), {summary}{extra} in {secs:.1f} s",
                      "zh": "{hosts} 台主机，{summary}{extra}，用时 {secs:.1f} 秒"},
     "host.count": {"en": "{n} {verdict}", "zh": "{n} 项{verdict}"},
-    # the root line and the answer when no case covers a log (bot/root.py, bot/render.py, Slack)
+    # the root line and the answer when no case covers a log (bot/diagnosis/root.py, bot/present/render.py, Slack)
     "root.lead": {"en": "The error to fix — L{line}: {text}", "zh": "需要修复的错误 — 第 {line} 行：{text}"},
     "root.component": {"en": "component: {component} ({title})", "zh": "所属部分：{component}（{title}）"},
     "root.kind.case": {"en": "the line the matched case rests on", "zh": "匹配案例所依据的行"},
@@ -475,7 +475,7 @@ _TEXT: dict[str, dict[Language, str]] = {
     "host.verdict.skipped": {"en": "skipped", "zh": "跳过"},
 }
 
-# fix commands fitted to the log (bot/fix_values.py): the arithmetic of a computed value, and notes
+# fix commands fitted to the log (bot/diagnosis/fix_values.py): the arithmetic of a computed value, and notes
 _TEXT.update({
     "fit.max_model_len.estimated": {"en": "{value} = the longest context the log says the KV cache holds",
                                     "zh": "{value} = 日志给出的 KV 缓存能容纳的最长上下文"},
@@ -503,7 +503,7 @@ _TEXT.update({
         "en": "holding the KV cache would need gpu_memory_utilization {value}, above {max}: lower --max-model-len "
               "or add GPUs instead",
         "zh": "要放下 KV 缓存需要 gpu_memory_utilization {value}，超过 {max}：请改为降低 --max-model-len 或增加 GPU"},
-    # `explain --since GOOD.log`: what differs from the working run (bot/since.py)
+    # `explain --since GOOD.log`: what differs from the working run (bot/diagnosis/since.py)
     "since.head": {"en": "What changed since the working run ({source}):", "zh": "与正常运行（{source}）相比的变化："},
     "since.none": {"en": "Nothing the two logs both state differs (versions, engine arguments, memory figures).",
                    "zh": "两份日志都给出的版本、引擎参数和显存数字没有差异。"},
@@ -534,7 +534,7 @@ _NOTE_KEYS: dict[NoteKind, str] = {
 
 
 def note_text(note: Note, lang: Language) -> str:
-    """A note of the ranking (bot/match.py, bot/versions.py) in words, in `lang`."""
+    """A note of the ranking (bot/diagnosis/match.py, bot/diagnosis/versions.py) in words, in `lang`."""
     key = _NOTE_KEYS[note.kind]
     if note.kind == "two_failures":
         return t(key, lang, line=note.line, case=note.case_id)
@@ -550,7 +550,7 @@ def note_text(note: Note, lang: Language) -> str:
     return t(key, lang)
 
 
-# Chinese labels of the facts a log states (bot/facts.py FACT_LABELS has the English ones).
+# Chinese labels of the facts a log states (bot/diagnosis/facts.py FACT_LABELS has the English ones).
 FACT_LABELS_ZH: dict[str, str] = {
     "vllm_version": "vLLM 版本", "torch_version": "torch 版本", "cuda_version": "CUDA 版本",
     "driver_version": "NVIDIA 驱动版本", "python_version": "Python 版本", "gpu_name": "GPU 型号",

@@ -3,7 +3,7 @@
 A `Paste` is the only form in which a user's log travels downstream: distillation, matching, the LLM
 prompt, Slack, the KB-growth store and log records read `paste.text`, which is already redacted. The raw
 input is not kept anywhere: `Paste` can only be made here (`decode_input`, `redacted`), and both run the
-whole text through `bot.redact` first, as one multi-line text (PEM blocks span lines). Redaction keeps
+whole text through `bot.diagnosis.redact` first, as one multi-line text (PEM blocks span lines). Redaction keeps
 line breaks, so line numbers still point into what the user pasted.
 
 Decoding: UTF-8 (with or without BOM); UTF-16/32 by their BOM (PowerShell's `>` writes UTF-16 LE);
@@ -19,8 +19,8 @@ import re
 from dataclasses import dataclass, field
 from typing import BinaryIO, Final
 
+from bot.diagnosis.redact import redact_with_count
 from bot.errors import BinaryInput, EmptyInput, InputTooLarge
-from bot.redact import redact_with_count
 
 _ENTRY: Final = object()  # only this module holds it: a Paste made anywhere else fails at construction
 _HEAD = 8192  # bytes looked at by the binary test
@@ -52,7 +52,8 @@ class Paste:
 
     def __post_init__(self) -> None:
         if self._made_by is not _ENTRY:
-            raise TypeError("a Paste is made only by bot.paste.decode_input() or bot.paste.redacted()")
+            raise TypeError("a Paste is made only by bot.diagnosis.paste.decode_input() or "
+                            "bot.diagnosis.paste.redacted()")
 
     def __str__(self) -> str:
         return self.text

@@ -1,4 +1,4 @@
-"""`vllm-doctor train`: fit the learned ranker (bot/ranker.py) on labelled logs, and measure it held-back.
+"""`vllm-doctor train`: fit the learned ranker (bot/diagnosis/ranker.py) on labelled logs, and measure it held-back.
 
 Rows are (paste, candidate case) pairs that the matcher offers under the shipped MatchParams, labelled 1 when
 the candidate is the log's expected case. A gradient-boosted tree model (scikit-learn, seeded, exported to
@@ -26,11 +26,8 @@ import numpy as np
 from sklearn.ensemble import GradientBoostingClassifier
 from sklearn.isotonic import IsotonicRegression
 
-from bot.errors import UserInputError
-from bot.eval_tuning import CachedMatching, LabelledLog, Metrics, Outcome, assign_folds
-from bot.evaluate import labelled_logs, load_labelled
-from bot.match import Matcher, MatchParams, SearchHit
-from bot.ranker import (
+from bot.diagnosis.match import Matcher, MatchParams, SearchHit
+from bot.diagnosis.ranker import (
     ARTIFACT_FORMAT,
     DEFAULT_ARTIFACT,
     FEATURES,
@@ -42,6 +39,9 @@ from bot.ranker import (
     features,
     kb_hash,
 )
+from bot.errors import UserInputError
+from bot.evaluation.eval_tuning import CachedMatching, LabelledLog, Metrics, Outcome, assign_folds
+from bot.evaluation.evaluate import labelled_logs, load_labelled
 from indexer.query_adapter import DEFAULT_ARTIFACT as ADAPTER_ARTIFACT
 from indexer.query_adapter import DEFAULT_LAMBDA, DEFAULT_STEPS, QueryAdapter, case_set_hash
 from indexer.query_adapter import train as train_query_adapter
