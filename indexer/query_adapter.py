@@ -61,6 +61,8 @@ class QueryAdapter:
     case_set: str  # case_set_hash of the KB it was trained against
     seed: int = DEFAULT_SEED
     trained_on: int = 0  # number of (log, case) pairs
+    # ids of the labelled logs it was trained on: `vllm-doctor eval` turns it off for a file holding them
+    log_ids: tuple[str, ...] = field(default=(), compare=False)
     losses: tuple[float, ...] = field(default=(), compare=False)
 
     @property
@@ -90,7 +92,7 @@ class QueryAdapter:
 
     def save(self, path: Path) -> None:
         meta = {"format": FORMAT, "model_id": self.model_id, "dim": self.dim, "case_set": self.case_set,
-                "seed": self.seed, "trained_on": self.trained_on}
+                "seed": self.seed, "trained_on": self.trained_on, "log_ids": list(self.log_ids)}
         buf = io.BytesIO()
         np.savez_compressed(buf, weight=self.weight.astype(np.float32), meta=np.array(json.dumps(meta)))
         path = Path(path)
@@ -119,8 +121,10 @@ class QueryAdapter:
             raise AdapterError(f"query adapter {path} has a weight of shape {weight.shape}, not {dim}×{dim}")
         if not np.all(np.isfinite(weight)):
             raise AdapterError(f"query adapter {path} holds non-finite weights")
+        ids = meta.get("log_ids", [])
         return cls(weight, str(meta.get("model_id", "")), str(meta.get("case_set", "")),
-                   int(meta.get("seed", DEFAULT_SEED)), int(meta.get("trained_on", 0)))
+                   int(meta.get("seed", DEFAULT_SEED)), int(meta.get("trained_on", 0)),
+                   tuple(str(i) for i in ids) if isinstance(ids, list) else ())
 
 
 def load_checked(path: Path) -> tuple[QueryAdapter | None, str]:
@@ -237,7 +241,7 @@ def train(
         w = (w - lr * (m / (1 - beta1**t)) / (np.sqrt(v / (1 - beta2**t)) + eps)).astype(np.float32)
     final, _ = loss_and_grad(w, q, y, docs, owner, n_cases, lam, temperature)
     losses.append(final)
-    return QueryAdapter(w.astype(np.float32), model_id, case_set, seed, len(q), tuple(losses))
+    return QueryAdapter(w.astype(np.float32), model_id, case_set, seed, len(q), losses=tuple(losses))
 
 
 __all__ = [

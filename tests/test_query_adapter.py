@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from indexer_support import CORE_CASES, index_warnings, make_kb, real_encoder
 
-from bot.evaluation.eval_tuning import CachedMatching, LabelledLog, assign_folds
-from bot.evaluation.ranker_train import AdaptedIndex, AdapterData, kfold_adapter
+from bot.evaluation.eval_tuning import AdaptedIndex, CachedMatching, LabelledLog, assign_folds
+from bot.evaluation.ranker_train import AdapterData, kfold_adapter
 from indexer.index import KBIndex
 from indexer.query_adapter import (
     AdapterError,
@@ -275,3 +275,26 @@ def test_the_shipped_adapter_is_for_the_bundled_kb_and_the_default_encoder_and_s
     assert adapter.dim == 384 and adapter.model_id.startswith("all-MiniLM-L6-v2")
     assert adapter.model_id.endswith(":onnx") == (Settings().encoder == "onnx")
     assert adapter.trained_on >= 400
+
+
+def test_eval_scores_the_logs_the_shipped_adapter_was_trained_on_without_it(doctor) -> None:
+    """The shipped adapter learned from dev.jsonl's covered logs: `vllm-doctor eval` on them searches without it
+    (else its held-back table would report the adapter's training fit); on a blind round it stays on."""
+    from bot.evaluation.eval_tuning import adapter_trained_on
+    from bot.evaluation.evaluate import evaluate, format_report, labelled_logs, load_labelled
+
+    eval_dir = Path(__file__).parent / "eval"
+    dev = labelled_logs(load_labelled(eval_dir / "dev.jsonl"))
+    blind = labelled_logs(load_labelled(eval_dir / "blind.jsonl"))
+    adapter = doctor.index.query_adapter
+    assert adapter is not None and len(adapter.log_ids) == adapter.trained_on > 0
+    assert adapter_trained_on(doctor.index, dev) == adapter.trained_on
+    assert adapter_trained_on(doctor.index, blind) == 0
+
+    some = [it for it in dev if it.expected][:12]
+    report = evaluate(doctor, some, None, k=2, variants=["clean"], retrievers=False)
+    assert report.adapter_off == len(some)
+    assert report.matching is not None and isinstance(report.matching.source_index, AdaptedIndex)
+    assert report.matching.source_index.adapter == "none"
+    assert format_report(report).startswith("query adapter off for this run: it was trained on 12 of these logs")
+    assert doctor.index.query_adapter is adapter  # the shared index is left as it was

@@ -25,7 +25,7 @@ from typing import Any
 from kb.schema import Case
 
 ARTIFACT_FORMAT = 1
-DEFAULT_ARTIFACT = Path(__file__).resolve().parent.parent / "kb" / "ranker" / "ranker.json"
+DEFAULT_ARTIFACT = Path(__file__).resolve().parents[2] / "kb" / "ranker" / "ranker.json"
 ROLES = ("cause", "symptom", "advisory")
 # The lowest score a rescored candidate gets (bot/diagnosis/match.py MIN_SCORE drops candidates below 0.10): a candidate
 # the fixed fusion kept stays listed, so top-3 still holds three cases.

@@ -11,12 +11,18 @@ import re
 import statistics
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, fields, replace
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from bot.diagnosis.match import Fusion, Matcher, MatchParams, Mode, SearchHit, SearchIndex
 from bot.errors import UserInputError
 from bot.evaluation.eval_variants import truncate
 from bot.models import Distilled, LogFacts, Verdict
 from kb.loader import KnowledgeBase
+
+if TYPE_CHECKING:
+    from indexer.index import AdapterChoice, KBIndex
 
 # Values tried per MatchParams field, in this order, twice over (a field missing from MatchParams is skipped).
 # The bm25 weight follows the dense weight (they sum to 1).
@@ -173,6 +179,11 @@ class CachedMatching:
         self._outcomes: dict[tuple[MatchParams, Fusion, Mode, str], tuple[tuple[str, ...], Verdict, float]] = {}
 
     @property
+    def source_index(self) -> SearchIndex:
+        """The index under the memo (the k-fold may wrap the real one: AdaptedIndex)."""
+        return self._index._index
+
+    @property
     def distilled_fn(self) -> Callable[[str], tuple[Distilled, LogFacts]]:
         """The distiller this cache calls (another CachedMatching over another index shares it)."""
         return self._distil
@@ -314,3 +325,31 @@ def cross_validate(
             )
         )
     return results, folds, params_of
+
+
+class AdaptedIndex:
+    """The KB index searched with a chosen query adapter ("none": the plain dense scores), whatever the index's
+    own setting is: the k-fold scores each fold with the adapter trained on the other folds."""
+
+    def __init__(self, index: KBIndex, adapter: AdapterChoice, vectors: dict[str, np.ndarray] | None = None):
+        self.index = index
+        self.adapter = adapter
+        self.vectors = vectors  # plain query embeddings shared between folds (each query embedded once)
+
+    def search(self, query: str, k: int = 10) -> Sequence[SearchHit]:
+        vector = None
+        if self.vectors is not None and query.strip():
+            if query not in self.vectors:
+                self.vectors[query] = self.index.embed_queries([query])[0]
+            vector = self.vectors[query]
+        hits: Sequence[SearchHit] = self.index.search(  # type: ignore[assignment]
+            query, k, adapter=self.adapter, vector=vector)
+        return hits
+
+
+def adapter_trained_on(index: Any, items: Sequence[LabelledLog]) -> int:
+    """How many of these labelled logs the index's query adapter was trained on (0: none, or no adapter).
+    Scoring those logs with it would report its training fit as a held-back number."""
+    adapter = getattr(index, "query_adapter", None)
+    seen = set(getattr(adapter, "log_ids", ()))
+    return sum(1 for it in items if it.id in seen) if seen else 0

@@ -18,7 +18,7 @@ import json
 import pickle
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,7 +26,7 @@ import numpy as np
 from sklearn.ensemble import GradientBoostingClassifier
 from sklearn.isotonic import IsotonicRegression
 
-from bot.diagnosis.match import Matcher, MatchParams, SearchHit
+from bot.diagnosis.match import Matcher, MatchParams
 from bot.diagnosis.ranker import (
     ARTIFACT_FORMAT,
     DEFAULT_ARTIFACT,
@@ -40,7 +40,7 @@ from bot.diagnosis.ranker import (
     kb_hash,
 )
 from bot.errors import UserInputError
-from bot.evaluation.eval_tuning import CachedMatching, LabelledLog, Metrics, Outcome, assign_folds
+from bot.evaluation.eval_tuning import AdaptedIndex, CachedMatching, LabelledLog, Metrics, Outcome, assign_folds
 from bot.evaluation.evaluate import labelled_logs, load_labelled
 from indexer.query_adapter import DEFAULT_ARTIFACT as ADAPTER_ARTIFACT
 from indexer.query_adapter import DEFAULT_LAMBDA, DEFAULT_STEPS, QueryAdapter, case_set_hash
@@ -49,7 +49,7 @@ from kb.loader import KnowledgeBase
 
 if TYPE_CHECKING:
     from bot.pipeline import Pipeline
-    from indexer.index import AdapterChoice, KBIndex
+    from indexer.index import KBIndex
 
 TARGET_PRECISION = 0.97
 P_UNCERTAIN = 0.25
@@ -264,26 +264,6 @@ def kfold(matching: CachedMatching, kb: KnowledgeBase, items: Sequence[LabelledL
 # ---------------------------------------------------------------------------------------------- query adapter
 
 
-class AdaptedIndex:
-    """The KB index searched with a chosen query adapter ("none": the plain dense scores), whatever the index's
-    own setting is: the k-fold scores each fold with the adapter trained on the other folds."""
-
-    def __init__(self, index: KBIndex, adapter: AdapterChoice, vectors: dict[str, np.ndarray] | None = None):
-        self.index = index
-        self.adapter = adapter
-        self.vectors = vectors  # plain query embeddings shared between folds (each query embedded once)
-
-    def search(self, query: str, k: int = 10) -> Sequence[SearchHit]:
-        vector = None
-        if self.vectors is not None and query.strip():
-            if query not in self.vectors:
-                self.vectors[query] = self.index.embed_queries([query])[0]
-            vector = self.vectors[query]
-        hits: Sequence[SearchHit] = self.index.search(  # type: ignore[assignment]
-            query, k, adapter=self.adapter, vector=vector)
-        return hits
-
-
 class AdapterData:
     """What the query adapter trains on: each covered log's distilled query, embedded once (plain MiniLM),
     its case position in the index, and the index's document vectors."""
@@ -412,7 +392,7 @@ def feedback_rows(doctor: Pipeline) -> list[dict[str, Any]]:
     return found.rows
 
 
-DEFAULT_LABELLED = Path(__file__).resolve().parent.parent / "tests" / "eval" / "dev.jsonl"
+DEFAULT_LABELLED = Path(__file__).resolve().parents[2] / "tests" / "eval" / "dev.jsonl"
 
 
 def retrain(doctor: Any, labelled: Path | None = None, out: Path | None = None) -> str:
@@ -485,6 +465,7 @@ def run_train(args: argparse.Namespace, doctor: Pipeline) -> int:
     except OSError as exc:
         raise UserInputError(f"cannot write {out}: {exc.strerror or exc}") from None
     adapter, ids = data.train(items, lam=lam, steps=steps, seed=args.seed)
+    adapter = replace(adapter, log_ids=tuple(ids))  # `vllm-doctor eval` turns it off on these logs
     adapter_out = out.with_name(ADAPTER_ARTIFACT.name) if args.out else ADAPTER_ARTIFACT
     try:
         adapter.save(adapter_out)
