@@ -77,6 +77,9 @@ class Evidence:
     line_no: int
     text: str
     why: str  # e.g. "signature: No available memory for the cache blocks" or "lexical/dense similarity"
+    # a proven fact rule: its position in the case's `rules` (the presentation words it from the case, in the
+    # answer's language; `why` keeps the English for the JSON edge)
+    rule: int | None = None
 
 
 # What a Note says (bot/present/i18n.py words each kind, in either language, at the edge).

@@ -407,3 +407,22 @@ def test_equal_scores_rank_alike_whatever_the_hash_seed(tmp_path) -> None:
                               capture_output=True, text=True, env=env, timeout=300, check=True)
         orders.append([m["case_id"] for m in json.loads(done.stdout)["matches"]])
     assert orders[0] and orders[0] == orders[1] == orders[2]
+
+
+def test_a_proven_fact_rule_is_a_value_worded_from_the_case_in_the_answers_language(doctor) -> None:
+    """The ranking says which rule held (Evidence.rule, its position in the case's rules); the presentation words
+    it from the case: Chinese `says_zh` in a Chinese answer, the English `why` kept for --json."""
+    from bot.present.render import render_text
+
+    log = ("INFO 03-14 09:12:01 non-default args: {'model': 'Qwen/Qwen2.5-72B-Instruct', 'tensor_parallel_size': 8}\n"
+           "INFO CUDA_VISIBLE_DEVICES=0,1,2,3\n"
+           "ValueError: The number of required GPUs exceeds the total number of available GPUs in the placement "
+           "group.\n")
+    d = doctor.match(log)
+    best = d.matches[0]
+    [proven] = [e for e in best.evidence if e.rule is not None]
+    rule = doctor.kb.by_id()[best.case_id].rules[proven.rule]
+    assert rule.says_zh and proven.why == f"fact rule: {rule.says}"
+    assert rule.says_zh in render_text(d, doctor, lang="zh")
+    assert rule.says in render_text(d, doctor, lang="en")
+    assert diagnosis_to_json(d)["matches"][0]["evidence"][0]["why"] == proven.why

@@ -681,7 +681,7 @@ class Matcher:
             evidence = shown + tuple(ev for ev in evidence if ev.line_no not in {s.line_no for s in shown})
         notes = list(e.notes)
         if case.id in proven:
-            evidence = self._rule_evidence(proven[case.id], facts) + evidence
+            evidence = self._rule_evidence(case, proven[case.id], facts) + evidence
         if case.role == "symptom":
             earlier = _earlier_root(distilled, sig_hits.get(case.id, []))
             if earlier is not None:
@@ -701,7 +701,9 @@ class Matcher:
             notes=tuple(notes),
         )
 
-    def _rule_evidence(self, proven: list[tuple[FactRule, str]], facts: LogFacts | None) -> tuple[Evidence, ...]:
+    def _rule_evidence(
+        self, case: Case, proven: list[tuple[FactRule, str]], facts: LogFacts | None
+    ) -> tuple[Evidence, ...]:
         sources = facts.sources if facts is not None else {}
         quotes = facts.quotes if facts is not None else {}
         out: list[Evidence] = []
@@ -709,7 +711,8 @@ class Matcher:
             names = sorted(fact_names(rule.ast()), key=lambda n: sources.get(n, 0))
             lines = sorted({sources[n] for n in names if n in sources})
             first = lines[0] if lines else 0
-            out.append(Evidence(first, arithmetic, f"fact rule: {rule.says}"))
+            position = next((i for i, r in enumerate(case.rules or ()) if r is rule), None)
+            out.append(Evidence(first, arithmetic, f"fact rule: {rule.says}", rule=position))
             for line_no in lines[:2]:
                 used = ", ".join(n for n in names if sources.get(n) == line_no)
                 out.append(Evidence(line_no, quotes.get(line_no, ""), f"fact: {used}"))

@@ -66,15 +66,15 @@ _AREAS = frozenset(f"area.{a}" for a in ("cuda", "distributed", "hardware", "ins
                                          "performance", "serving"))
 
 
-def _rule_says(why: str, case: Any, lang: Language) -> str:
-    """A fact rule's line in Chinese when the case has it (the ranker quotes the English `says`)."""
-    if lang != "zh" or not why.startswith("fact rule:"):
-        return why
-    says = why[len("fact rule:"):].strip()
-    for rule in getattr(case, "rules", None) or ():
-        if rule.says == says and getattr(rule, "says_zh", ""):
-            return f"fact rule: {rule.says_zh}"
-    return why
+def _rule_says(evidence: Any, case: Any, lang: Language) -> str:
+    """A proven fact rule worded from the case (Evidence.rule: its position in `rules`), in Chinese when the case
+    has it; other evidence keeps its `why`."""
+    rules = getattr(case, "rules", None) or ()
+    position = getattr(evidence, "rule", None)
+    if lang != "zh" or position is None or not 0 <= position < len(rules):
+        return str(evidence.why)
+    rule = rules[position]
+    return f"fact rule: {rule.says_zh}" if getattr(rule, "says_zh", "") else str(evidence.why)
 
 
 def why_label(why: str, lang: Language, verbose: bool = False) -> str | None:
@@ -213,7 +213,7 @@ def render_text(
         case = _case(doctor, m.case_id)
         for e in m.evidence:
             out.append(_c(f"     L{e.line_no}: ", "dim", color) + e.text.strip()[:200])
-            why = why_label(_rule_says(e.why, case, lang), lang, verbose)
+            why = why_label(_rule_says(e, case, lang), lang, verbose)
             if why:
                 out.append(_c(f"           ({why})", "dim", color))
         for note in m.notes:
