@@ -125,7 +125,7 @@ def diagnose_and_answer(deps: SlackDeps, client: Any, request: LogRequest) -> st
         return None
 
     if diagnosis.root is None and getattr(diagnosis, "kind", "log") == "log":  # a start-up log with warnings
-        _keep_if_healthy(deps, where.channel, paste)
+        _keep_if_healthy(deps, where.channel, paste, diagnosis)
     metrics.VERDICTS.labels(verdict=diagnosis.verdict).inc()
     answer_id = deps.recent.new_id()
     lang = answer_language(locale, diagnosis.distilled.language)
@@ -176,9 +176,16 @@ def diagnose_and_answer(deps: SlackDeps, client: Any, request: LogRequest) -> st
     return answer_id
 
 
-def _keep_if_healthy(deps: SlackDeps, channel: str, paste: Paste) -> None:
-    """A healthy start-up log is kept as the channel's working run of its model (bot/slack/healthy_runs.py)."""
+def _keep_if_healthy(deps: SlackDeps, channel: str, paste: Paste, diagnosis: Diagnosis | None = None) -> None:
+    """A healthy start-up log is kept as the channel's working run of its model (bot/slack/healthy_runs.py).
+    With the paste's diagnosis at hand its distillation and facts are reused, not computed again."""
     try:
+        if diagnosis is not None and diagnosis.facts is not None:
+            from bot.diagnosis.since import healthy_startup
+
+            if healthy_startup(paste.text, diagnosis.distilled, diagnosis.facts):
+                deps.healthy_runs.remember(channel, paste.text, diagnosis.facts)
+            return
         healthy = deps.pipeline.healthy_startup(paste)
         if healthy is not None:
             deps.healthy_runs.remember(channel, *healthy)

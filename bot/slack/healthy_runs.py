@@ -9,13 +9,12 @@ when a store is given (bot/slack/store.py), in the shared database, so another r
 
 from __future__ import annotations
 
-import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from bot.models import LogFacts
+from bot.slack.lru import BoundedLRU
 
 MAX_AGE_S = 30 * 24 * 3600  # a month-old run still says what worked; older ones describe another deployment
 MAX_LINES = 400  # the facts of a start-up log come from a few dozen lines
@@ -53,17 +52,15 @@ class HealthyRuns:
     def __init__(
         self, capacity: int = 500, store: object | None = None, clock: Callable[[], float] = time.time
     ) -> None:
-        self._capacity = capacity
         self._store = store
         self._clock = clock
-        self._items: OrderedDict[tuple[str, str], HealthyRun] = OrderedDict()
-        self._lock = threading.Lock()
+        self._items: BoundedLRU[tuple[str, str], HealthyRun] = BoundedLRU(capacity)
 
     def remember(self, channel_id: str, text: str, facts: LogFacts) -> HealthyRun | None:
         run = HealthyRun.from_log(channel_id, text, facts, self._clock())
         if run is None:
             return None
-        self._put(run, overwrite=True)
+        self._items.put((channel_id, run.model), run)
         save = getattr(self._store, "save_healthy_run", None)
         if save is not None:
             save(run)
@@ -74,26 +71,15 @@ class HealthyRuns:
         if not model:
             return None
         key = (channel_id, model)
-        with self._lock:
-            found = self._items.get(key)
+        found = self._items.get(key)
         load = getattr(self._store, "load_healthy_run", None)
         if found is None and load is not None:
             found = load(channel_id, model)
             if found is not None:
-                self._put(found, overwrite=False)
+                self._items.put(key, found, overwrite=False)  # a newer one remembered meanwhile wins
         if found is None or self._clock() - found.created > MAX_AGE_S:
             return None
         return found
-
-    def _put(self, run: HealthyRun, *, overwrite: bool) -> None:
-        key = (run.channel_id, run.model)
-        with self._lock:
-            if not overwrite and key in self._items:
-                return
-            self._items[key] = run
-            self._items.move_to_end(key)
-            while len(self._items) > self._capacity:
-                self._items.popitem(last=False)
 
 
 __all__ = ["HealthyRun", "HealthyRuns"]

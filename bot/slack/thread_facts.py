@@ -9,13 +9,12 @@ the prompt would mislead the explanation more than help it.
 
 from __future__ import annotations
 
-import threading
 import time
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
 from bot.diagnosis.versions import report_gpus, report_versions
+from bot.slack.lru import BoundedLRU
 
 MAX_AGE_S = 24 * 3600
 
@@ -55,14 +54,12 @@ class ThreadFacts:
     """Thread-safe LRU of the last `capacity` thread diagnoses, backed by an optional store."""
 
     def __init__(self, capacity: int = 1000, store: Any | None = None, clock: Any = time.time) -> None:
-        self._capacity = capacity
         self._store = store
         self._clock = clock
-        self._items: OrderedDict[tuple[str, str], ThreadHostFacts] = OrderedDict()
-        self._lock = threading.Lock()
+        self._items: BoundedLRU[tuple[str, str], ThreadHostFacts] = BoundedLRU(capacity)
 
     def remember(self, facts: ThreadHostFacts) -> None:
-        self._put(facts, overwrite=True)
+        self._items.put((facts.channel_id, facts.thread_ts), facts)
         if self._store is not None:
             self._store.save_thread_facts(facts)
 
@@ -71,22 +68,11 @@ class ThreadFacts:
         if not thread_ts:
             return None
         key = (channel_id, thread_ts)
-        with self._lock:
-            found = self._items.get(key)
+        found = self._items.get(key)
         if found is None and self._store is not None:
             found = self._store.load_thread_facts(channel_id, thread_ts)
             if found is not None:
-                self._put(found, overwrite=False)  # a newer one remembered meanwhile wins
+                self._items.put(key, found, overwrite=False)  # a newer one remembered meanwhile wins
         if found is None or self._clock() - found.created > MAX_AGE_S:
             return None
         return found
-
-    def _put(self, facts: ThreadHostFacts, *, overwrite: bool) -> None:
-        key = (facts.channel_id, facts.thread_ts)
-        with self._lock:
-            if not overwrite and key in self._items:
-                return
-            self._items[key] = facts
-            self._items.move_to_end(key)
-            while len(self._items) > self._capacity:
-                self._items.popitem(last=False)
