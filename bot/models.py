@@ -134,6 +134,18 @@ class Root:
     line: int  # 1-based line number in the paste, as Evidence.line_no
     text: str  # the cleaned (redacted) line
     component: Component
+    raised_at: RaisedAt | None = None  # the traceback frame right above the root line: where the error was raised
+
+
+@dataclass(frozen=True)
+class RaisedAt:
+    """Where the root line's exception was raised: the innermost frame of the traceback that ends in it.
+    JSON: {"file": "vllm/config.py", "line": 1834, "function": "__post_init__", "log_line": 17}."""
+
+    file: str  # below site-packages (vllm/config.py), else the file's name (train.py): no user paths
+    line: int  # line in that file
+    function: str
+    log_line: int  # the frame's line in the paste
 
 
 @dataclass(frozen=True)

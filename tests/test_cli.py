@@ -50,7 +50,7 @@ def test_batch_contract_one_object_per_line_in_order(built_index: Path, tmp_path
         # documented keys unchanged; "facts" is the one added key (what the log says about the setup)
         assert set(o) <= {"id", "verdict", "matches", "error", "facts", "root"} and o["verdict"] in (
             "match", "uncertain", "unknown")
-        assert "root" in o and (o["root"] is None or set(o["root"]) == {"line", "text", "component"})
+        assert "root" in o and (o["root"] is None or set(o["root"]) == {"line", "text", "component", "raised_at"})
         assert isinstance(o.get("facts", {}), dict)
         assert len(o["matches"]) <= 5
         for m in o["matches"]:

@@ -72,6 +72,35 @@ def test_no_root_when_the_paste_is_cut_before_its_exception_or_holds_only_warnin
     assert "WARNING" in t("root.missing.warnings_only", "en")
 
 
+def test_the_root_says_where_it_was_raised() -> None:
+    root = _read(WRAPPED).root
+    assert root is not None and root.raised_at is not None  # the frame above the ValueError, two lines up
+    assert (root.raised_at.file, root.raised_at.line, root.raised_at.function, root.raised_at.log_line) == \
+        ("worker.py", 370, "worker_main", 4)  # outside site-packages: the file's name only, no user path
+    installed = _read('Traceback (most recent call last):\n'
+                      '  File "/home/alice/venv/lib/python3.12/site-packages/vllm/config.py", line 1834, in __post_init__\n'
+                      '    raise ValueError(\n'
+                      'ValueError: OpenTelemetry is not available.\n').root
+    assert installed is not None and installed.raised_at is not None
+    assert installed.raised_at.file == "vllm/config.py" and "alice" not in installed.raised_at.file
+    generated = _read('  File "/x/site-packages/vllm/config.py", line 9, in build\n    return Cfg()\n'
+                      '  File "<string>", line 6, in __init__\nValueError: bad value\n').root
+    assert generated is not None and generated.raised_at is not None and generated.raised_at.function == "build"
+    bare = _read("ERROR 01-01 [a.py:1] something\nValueError: no traceback above\n").root
+    assert bare is not None and bare.raised_at is None
+    chained = _read('  File "/x/site-packages/vllm/a.py", line 3, in f\nKeyError: 1\n'
+                    "During handling of the above exception, another exception occurred:\n"
+                    "RuntimeError: failed in the handler\n")
+    assert chained.root is not None and chained.root.text.startswith("KeyError") and chained.root.raised_at is not None
+
+
+def test_a_traceback_with_no_exception_line_says_it_was_cut() -> None:
+    framed = _read('(EngineCore_DP0 pid=1)   File "/v/site-packages/vllm/v1/engine/core.py", line 109, in __init__\n'
+                   "(EngineCore_DP0 pid=1)     num_gpu_blocks = self._initialize_kv_caches(\n"
+                   "(EngineCore_DP0 pid=1)     ^\n")
+    assert framed.root is None and framed.missing == "truncated"
+
+
 def test_two_unrelated_failures_answer_the_first_and_name_the_second() -> None:
     text = ("OSError: [Errno 116] Stale file handle: '/mnt/nfs/m/model-00001-of-00004.safetensors'\n"
             "INFO 01-01 [x.py:1] retrying\n"

@@ -55,7 +55,11 @@ def test_nfs_stale_handle_is_not_a_match_and_shows_no_redownload_fix(doctor) -> 
     assert 'Search for: "OSError: [Errno 116] Stale file handle"' in text
     assert "--check model.files" in text
     out = diagnosis_to_json(d)
-    assert out["root"] == {"line": d.root.line, "text": d.root.text, "component": "model-files"}
+    raised = {"file": "vllm/model_executor/model_loader/weight_utils.py", "line": 460,
+              "function": "safetensors_weights_iterator", "log_line": 20}  # the frame right above the OSError
+    assert out["root"] == {"line": d.root.line, "text": d.root.text, "component": "model-files", "raised_at": raised}
+    assert "raised in: vllm/model_executor/model_loader/weight_utils.py:460, in safetensors_weights_iterator (L20)" \
+        in text
     batch = _batch_answer(doctor, 1, json.dumps({"id": "nfs", "log": NFS}).encode())
     assert batch["root"] == out["root"] and set(batch) >= {"id", "verdict", "matches", "facts"}
 

@@ -113,7 +113,11 @@ def root_to_json(d: Any) -> dict[str, Any] | None:
     root = getattr(d, "root", None)
     if root is None:
         return None
-    out: dict[str, Any] = {"line": root.line, "text": root.text, "component": root.component}
+    raised = root.raised_at
+    out: dict[str, Any] = {"line": root.line, "text": root.text, "component": root.component,
+                           "raised_at": None if raised is None else {"file": raised.file, "line": raised.line,
+                                                                      "function": raised.function,
+                                                                      "log_line": raised.log_line}}
     if len(root.text) > ROOT_JSON_CHARS:
         out["text"], out["cut"] = root.text[:ROOT_JSON_CHARS] + "…", True
     return out

@@ -18,8 +18,9 @@ from typing import Any, Literal
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
+from bot.diagnosis.frames import cut_frames, read_frames
 from bot.diagnosis.versions import known_versions
-from bot.models import Component, Distilled, LogFacts, LogLine, Match, Root, Verdict
+from bot.models import Component, Distilled, LogFacts, LogLine, Match, RaisedAt, Root, Verdict
 from kb.triage import ComponentMap, Triage, default_component_map, default_triage
 
 # What kind of line the root is, and so why it was chosen (the answer says it).
@@ -179,7 +180,7 @@ def read_root(
         if line is not None:
             line = _message_below(distilled, _block_head(candidates, line))
             component = case_component(best.case_id, best.area)
-            return RootReading(Root(line.line_no, line.text.strip(), component), "case",
+            return RootReading(Root(line.line_no, line.text.strip(), component, raised_at(distilled, line)), "case",
                                others=_others(candidates, line, component))
     fact_line = _fact_root(facts)
     chosen: tuple[int, RootKind, LogLine] | None = None
@@ -197,8 +198,35 @@ def read_root(
     elif component == "other" and best is not None and any(e.line_no == line.line_no for e in best.evidence
                                                          if e.why.startswith("signature:")):
         component = case_component(best.case_id, best.area)  # the candidate's fingerprint is on this very line
-    return RootReading(Root(line.line_no, line.text.strip(), component), kind,
+    return RootReading(Root(line.line_no, line.text.strip(), component, raised_at(distilled, line)), kind,
                        others=_others(candidates, line, component))
+
+
+RAISE_GAP = 6  # lines a frame may sit above its exception line (code line, carets, `raise X(` and its arguments)
+_FRAME_PATH = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
+_INSTALL_ROOT = re.compile(r"^.*[\\/](?:site|dist)-packages[\\/]")
+
+
+def raised_at(distilled: Distilled, root: LogLine) -> RaisedAt | None:
+    """The innermost frame of the traceback that ends in the root line: which file and function raised it.
+    None when no frame sits right above the root line (no traceback, or the exception printed on its own)."""
+    lines = distilled.cleaned or distilled.evidence
+    above = [ln for ln in lines if root.line_no - RAISE_GAP <= ln.line_no < root.line_no]
+    frames = [f for f in read_frames(above) if not f.text.count('File "<')]  # generated code (<string>) says nothing
+    if not frames:
+        return None
+    last = frames[-1]
+    between = [ln for ln in above if ln.line_no > last.line_no + 1 and ln.text.strip()]
+    if any(_EXCEPTION.search(ln.text) and not _FRAME_TEXT.search(ln.text) and not ln.text.strip().startswith("raise")
+           for ln in between):
+        return None  # another exception line stands between: the frame belongs to that one
+    m = _FRAME_PATH.search(last.text)
+    if m is None:
+        return None
+    path = m.group(1).replace("\\", "/")
+    below = _INSTALL_ROOT.sub("", path)
+    file = below if below != path else path.rsplit("/", 1)[-1]
+    return RaisedAt(file, int(m.group(2)), m.group(3), last.line_no)
 
 
 def _block_head(candidates: list[tuple[int, RootKind, LogLine]], line: LogLine) -> LogLine:
@@ -235,8 +263,8 @@ def _others(
 
 
 def _missing(distilled: Distilled, candidates: list[tuple[int, RootKind, LogLine]]) -> MissingReason:
-    if distilled.truncated:
-        return "truncated"
+    if distilled.truncated or (not candidates and cut_frames(distilled)):
+        return "truncated"  # flagged by the distiller, or frames that no exception line closes
     if candidates:
         return "wrappers_only"
     if distilled.quiet_only or any(ln.level == "warning" for ln in (*distilled.cleaned, *distilled.evidence)):

@@ -419,6 +419,8 @@ _TEXT: dict[str, dict[Language, str]] = {
     "root.kind.error": {"en": "the earliest error line", "zh": "最早的报错行"},
     "root.kind.wrapper": {"en": "only a wrapper line states the failure; the error it wraps is not in the paste",
                           "zh": "只有包装行说明了故障；它所包装的原始错误不在粘贴内容中"},
+    "root.raised": {"en": "raised in: {file}:{line}, in {function} (L{log_line})",
+                    "zh": "抛出位置：{file} 第 {line} 行，函数 {function}（日志第 {log_line} 行）"},
     "root.why": {"en": "chosen: {kind}", "zh": "选择依据：{kind}"},
     "root.cut": {"en": "… [{n} more characters]", "zh": "……［另有 {n} 个字符］"},
     "root.other": {"en": "a second failure follows — L{line}: {text} ({component}); the first one is answered",

@@ -9,6 +9,7 @@ component's triage steps, the host checks worth running, a search phrase, a poin
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from bot.diagnosis.facts import fact_lines
@@ -119,6 +120,8 @@ def root_lines(d: Any, lang: Language) -> list[str]:
     out = [t("root.lead", lang, line=root.line, text=cut(root.text, lang)),
            "  " + t("root.component", lang, component=root.component,
                     title=title.title_zh if lang == "zh" else title.title)]
+    if root.raised_at is not None:
+        out.append("  " + t("root.raised", lang, **asdict(root.raised_at)))
     if reading.kind is not None:
         out.append("  " + t("root.why", lang, kind=t(f"root.kind.{reading.kind}", lang)))
     for other in reading.others:

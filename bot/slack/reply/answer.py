@@ -238,6 +238,10 @@ def _root_text(diagnosis: Diagnosis, root: Any, lang: Language) -> str:
     title = steps.title_zh if lang == "zh" else steps.title
     line, _ = code_block(root.text, 1200)
     component = t("root.component", lang, component=root.component, title=title)
+    raised = root.raised_at
+    if raised is not None:  # file and function come from the paste: escaped like any of its text
+        component += "\n" + t("root.raised", lang, file=raised.file, line=raised.line, function=raised.function,
+                              log_line=raised.log_line)
     return f":dart: *{t('slack.root', lang)}* — L{root.line}\n{line}\n{escape(component)}"
 
 
