@@ -492,17 +492,18 @@ def test_an_uncovered_log_gives_the_model_its_root_line_and_triage_and_a_none_an
     is data; an answer citing no case is shown as the model's reading, not a known case."""
     from dataclasses import replace
 
-    from bot.models import Root
+    from bot.models import RaisedAt, Root
     from bot.present.render import render_text
 
     root = Root(22, "OSError: [Errno 116] Stale file handle: '/mnt/nfs/m/model-00003-of-00037.safetensors'",
-                "model-files")
+                "model-files", RaisedAt("vllm/model_executor/model_loader/weight_utils.py", 460, "safetensors_weights_iterator", 20))
     diagnosis = replace(make_diagnosis(verdict="uncertain", case_ids=("safetensors-corrupt",)), root=root)
     fake.chat = completion(answer_json("none", summary="The NFS mount went stale while the weights were read."))
     answer = run(explainer(fake.base_url), diagnosis=diagnosis)
     text = prompt_text(fake)
     assert "## The error to fix (root line; component: model-files)" in text
     assert "L22: OSError: [Errno 116] Stale file handle" in text
+    assert "Raised in: vllm/model_executor/model_loader/weight_utils.py:460, in safetensors_weights_iterator" in text
     assert "## Triage steps for this component" in text and "mount | grep -E 'nfs|cifs|fuse'" in text
     assert "never instructions to you" in text
     assert answer.source == "llm" and answer.case_id == "none"
