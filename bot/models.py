@@ -146,6 +146,7 @@ class RaisedAt:
     line: int  # line in that file
     function: str
     log_line: int  # the frame's line in the paste
+    app: bool = False  # the application's own code, not the serving stack (kb/triage/components.yaml `libraries`)
 
 
 @dataclass(frozen=True)

@@ -68,6 +68,8 @@ class Triage(_Strict):
 class ComponentRule(_Strict):
     component: ComponentName
     pattern: str = Field(min_length=2)
+    broad: bool = Field(False, description="a keyword catch-all: an error raised in the application's own code "
+                                           "is the application's (`other`), whatever keyword it holds")
 
     @field_validator("pattern")
     @classmethod
@@ -86,8 +88,13 @@ class ComponentMap(_Strict):
     wrappers: list[str] = Field(default_factory=list, description="regexes of lines that only wrap a cause")
     cause_notices: list[str] = Field(default_factory=list,
                                      description="regexes of INFO/WARNING lines that state a cause")
+    stack_names: list[str] = Field(default_factory=list,
+                                   description="regexes of the serving stack's object and setting names")
+    libraries: list[str] = Field(default_factory=list,
+                                 description="top-level packages of the serving stack: a frame in none of them "
+                                             "is the application's code")
 
-    @field_validator("wrappers", "cause_notices")
+    @field_validator("wrappers", "cause_notices", "stack_names")
     @classmethod
     def _patterns_compile(cls, v: list[str]) -> list[str]:
         for pattern in v:

@@ -9,7 +9,7 @@ import pytest
 
 from bot.diagnosis.distill import distill
 from bot.diagnosis.facts import read_facts
-from bot.diagnosis.root import classify, read_root, search_phrase
+from bot.diagnosis.root import classify, frame_file, read_root, search_phrase
 from bot.models import COMPONENTS, Evidence, Match, Note
 from bot.present.i18n import note_text, t
 from bot.present.render import shown_scores
@@ -76,7 +76,7 @@ def test_the_root_says_where_it_was_raised() -> None:
     root = _read(WRAPPED).root
     assert root is not None and root.raised_at is not None  # the frame above the ValueError, two lines up
     assert (root.raised_at.file, root.raised_at.line, root.raised_at.function, root.raised_at.log_line) == \
-        ("worker.py", 370, "worker_main", 4)  # outside site-packages: the file's name only, no user path
+        ("vllm/worker.py", 370, "worker_main", 4)  # a source checkout: from the library directory down
     installed = _read('Traceback (most recent call last):\n'
                       '  File "/home/alice/venv/lib/python3.12/site-packages/vllm/config.py", line 1834, in __post_init__\n'
                       '    raise ValueError(\n'
@@ -92,6 +92,38 @@ def test_the_root_says_where_it_was_raised() -> None:
                     "During handling of the above exception, another exception occurred:\n"
                     "RuntimeError: failed in the handler\n")
     assert chained.root is not None and chained.root.text.startswith("KeyError") and chained.root.raised_at is not None
+
+
+@pytest.mark.parametrize(("path", "shown", "app"), [
+    ("/usr/local/lib/python3.12/dist-packages/vllm/config.py", "vllm/config.py", False),
+    ("/home/bob/venv/lib/python3.11/site-packages/verl/workers/fsdp_workers.py", "verl/workers/fsdp_workers.py", True),
+    ("/usr/lib/python3.12/multiprocessing/process.py", "multiprocessing/process.py", False),
+    ("/workspace/vllm/vllm/entrypoints/utils.py", "vllm/entrypoints/utils.py", False),  # a source checkout
+    ("/home/bob/projects/eval/run_eval.py", "run_eval.py", True),  # the user's own script: no user path shown
+    ("D:\\envs\\x\\Lib\\subprocess.py", "subprocess.py", False),
+])
+def test_frame_files_are_shown_from_their_package_and_told_apart_from_the_application(
+        path: str, shown: str, app: bool) -> None:
+    assert frame_file(path) == (shown, app)
+
+
+def _raised_in(path: str, message: str) -> str:
+    return f'Traceback (most recent call last):\n  File "{path}", line 7, in check\n    raise ValueError(\n{message}\n'
+
+
+def test_an_error_the_application_raises_is_its_own_unless_it_names_the_stack() -> None:
+    app = "/opt/conda/lib/python3.11/site-packages/lm_eval/models/api_models.py"
+    own = _read(_raised_in(app, "AssertionError: Context length must be greater than 0")).root
+    assert own is not None and own.component == "other"  # "must be greater" is a broad engine-config keyword
+    vllm_side = _read(_raised_in("/x/site-packages/vllm/config.py",
+                                 "AssertionError: Context length must be greater than 0")).root
+    assert vllm_side is not None and vllm_side.component == "engine-config"
+    named = _read(_raised_in(app, "ValueError: max_num_batched_tokens is smaller than max_model_len")).root
+    assert named is not None and named.component == "engine-config"  # the app checks a vLLM setting
+    drift = _read(_raised_in(app, "AttributeError: 'LLMEngine' object has no attribute 'model_executor'")).root
+    assert drift is not None and drift.component == "python-packages"  # code written for another vLLM release
+    specific = _read(_raised_in(app, "ModuleNotFoundError: No module named 'flash_attn'")).root
+    assert specific is not None and specific.component == "python-packages"  # a specific rule is never overridden
 
 
 def test_a_traceback_with_no_exception_line_says_it_was_cut() -> None:

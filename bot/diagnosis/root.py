@@ -69,14 +69,18 @@ class RootReading:
     others: tuple[LogLine, ...] = ()  # later error lines of another component (a second failure)
 
 
-def _compiled(cmap: ComponentMap) -> tuple[list[tuple[Component, re.Pattern[str]]], re.Pattern[str], re.Pattern[str]]:
-    rules = [(r.component, re.compile(r.pattern)) for r in cmap.rules]
+def _compiled(
+    cmap: ComponentMap,
+) -> tuple[list[tuple[Component, re.Pattern[str], bool]], re.Pattern[str], re.Pattern[str]]:
+    rules = [(r.component, re.compile(r.pattern), r.broad) for r in cmap.rules]
     wrappers = re.compile("|".join(f"(?:{w})" for w in cmap.wrappers) or r"(?!)")
     notices = re.compile("|".join(f"(?:{n})" for n in cmap.cause_notices) or r"(?!)")
     return rules, wrappers, notices
 
 
 _RULES, _WRAPPERS, _NOTICES = _compiled(default_component_map())
+_LIBRARIES = frozenset(default_component_map().libraries)
+_STACK_NAMES = re.compile("|".join(f"(?:{n})" for n in default_component_map().stack_names) or r"(?!)")
 # components a generic line gets that, off Linux + NVIDIA, are more likely the platform's doing
 _PLATFORM_GENERIC: frozenset[Component] = frozenset(
     {"other", "cuda-driver-stack", "python-packages", "engine-config", "gpu-hardware"})
@@ -84,10 +88,15 @@ _PLATFORM_GENERIC: frozenset[Component] = frozenset(
 
 def classify(text: str) -> Component:
     """The component a root line blames: the first rule of kb/triage/components.yaml that matches, else other."""
-    for component, pattern in _RULES:
+    return _rule_for(text)[0]
+
+
+def _rule_for(text: str) -> tuple[Component, bool]:
+    """The first matching rule's component, and whether only a broad keyword rule (or none) named it."""
+    for component, pattern, broad in _RULES:
         if pattern.search(text):
-            return component
-    return "other"
+            return component, broad
+    return "other", True
 
 
 def case_component(case_id: str, area: str) -> Component:
@@ -192,19 +201,21 @@ def read_root(
         return RootReading(None, missing=_missing(distilled, candidates))
     tier, kind, line = chosen
     line = _message_below(distilled, line)
-    component = classify(line.text)
+    component, broad = _rule_for(line.text)
+    raised = raised_at(distilled, line)
     if component in _PLATFORM_GENERIC and facts is not None and facts.platform is not None:
         component = "platform"
     elif component == "other" and best is not None and any(e.line_no == line.line_no for e in best.evidence
                                                          if e.why.startswith("signature:")):
         component = case_component(best.case_id, best.area)  # the candidate's fingerprint is on this very line
-    return RootReading(Root(line.line_no, line.text.strip(), component, raised_at(distilled, line)), kind,
+    elif broad and raised is not None and raised.app and not _STACK_NAMES.search(line.text):
+        component = "other"  # the application's own error: a common word in it (config, backend) does not blame us
+    return RootReading(Root(line.line_no, line.text.strip(), component, raised), kind,
                        others=_others(candidates, line, component))
 
 
 RAISE_GAP = 6  # lines a frame may sit above its exception line (code line, carets, `raise X(` and its arguments)
 _FRAME_PATH = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
-_INSTALL_ROOT = re.compile(r"^.*[\\/](?:site|dist)-packages[\\/]")
 
 
 def raised_at(distilled: Distilled, root: LogLine) -> RaisedAt | None:
@@ -223,10 +234,29 @@ def raised_at(distilled: Distilled, root: LogLine) -> RaisedAt | None:
     m = _FRAME_PATH.search(last.text)
     if m is None:
         return None
-    path = m.group(1).replace("\\", "/")
-    below = _INSTALL_ROOT.sub("", path)
-    file = below if below != path else path.rsplit("/", 1)[-1]
-    return RaisedAt(file, int(m.group(2)), m.group(3), last.line_no)
+    file, app = frame_file(m.group(1))
+    return RaisedAt(file, int(m.group(2)), m.group(3), last.line_no, app)
+
+
+_PYTHON_LIB = re.compile(r"^python\d(?:\.\d+)?$")
+
+
+def frame_file(path: str) -> tuple[str, bool]:
+    """A frame's file as shown (from its package down; the file's name alone for the application's own code, so no
+    user path is shown) and whether it is the application's code (in none of components.yaml's `libraries`)."""
+    parts = [p for p in path.replace("\\", "/").split("/") if p]
+    start = None
+    for i, part in enumerate(parts[:-1]):
+        if part in ("site-packages", "dist-packages") or _PYTHON_LIB.match(part):
+            start = i + 1  # below the install root, or the standard library's own directory
+    if start is None and len(parts) >= 2 and parts[-2].lower() == "lib":
+        start = len(parts) - 1  # a standard-library module straight under lib (Windows: ...\\Lib\\subprocess.py)
+    if start is None:  # a source checkout (/workspace/vllm/vllm/config.py): from the last library directory
+        start = next((i for i in range(len(parts) - 2, -1, -1) if parts[i] in _LIBRARIES), None)
+    if start is None or start >= len(parts):
+        return (parts[-1] if parts else path), True
+    package = parts[start].removesuffix(".py")
+    return "/".join(parts[start:]), package not in _LIBRARIES
 
 
 def _block_head(candidates: list[tuple[int, RootKind, LogLine]], line: LogLine) -> LogLine:
