@@ -76,10 +76,23 @@ class Distilled:
 class Evidence:
     line_no: int
     text: str
-    why: str  # e.g. "signature: No available memory for the cache blocks" or "lexical/dense similarity"
+    why: str  # English, for the JSON edge: "signature: No available memory for the cache blocks", "fact: …"
+    kind: EvidenceKind  # what the line proves: code reads this, never the wording of `why`
     # a proven fact rule: its position in the case's `rules` (the presentation words it from the case, in the
     # answer's language; `why` keeps the English for the JSON edge)
     rule: int | None = None
+
+
+# What an evidence line is. signature, fact_rule and fact establish a case; the others only point at one.
+EvidenceKind = Literal[
+    "signature",  # a case's signature regex fired on the line
+    "fact_rule",  # a case's fact rule holds on the facts the log states (Evidence.rule: which one)
+    "fact",  # a fact the proven rule used, on the line that states it
+    "frame",  # a traceback frame the case names (a paste cut before its exception)
+    "earlier_root",  # an earlier root error above a symptom case: the line to diagnose
+    "shared_terms",  # words the line shares with the case (lexical / dense similarity)
+    "question_terms",  # a question's words or glossary terms that led to the case
+]
 
 
 # What a Note says (bot/present/i18n.py words each kind, in either language, at the edge).

@@ -30,7 +30,7 @@ def _diagnosis(verdict: str, score: float) -> Diagnosis:
     match = Match(
         "kv-cache-no-memory", "No GPU memory left for the KV cache", "启动时没有剩余显存分配 KV 缓存", "memory", score,
         signature_hit=verdict != "unknown",
-        evidence=(Evidence(7, line.text, "signature: No available memory for the cache blocks"),),
+        evidence=(Evidence(7, line.text, "signature: No available memory for the cache blocks", "signature"),),
     )
     distilled = Distilled((line,), (line,), "q", total_lines=40, total_bytes=2000)
     return Diagnosis(verdict, (match,), distilled, elapsed_ms=12.0)
@@ -77,7 +77,7 @@ def test_facts_notes_and_also_noticed_are_printed() -> None:
     d = _diagnosis("uncertain", 0.6)
     best = replace(d.matches[0], notes=(Note("upgrade", package="vllm", version="0.6.4", shown="0.5.3"),))
     noticed = Match("enforce-eager-cuda-graphs-off", "Slow decoding", "慢", "performance", 0.7, True,
-                    evidence=(Evidence(2, "To see benefits of async output processing", "signature: x"),))
+                    evidence=(Evidence(2, "To see benefits of async output processing", "signature: x", "signature"),))
     d = replace(d, matches=(best,), also_noticed=(noticed,), notes=(Note("two_failures", line=4, case_id="x"),),
                 facts=LogFacts(vllm_version="0.5.3", gpu_blocks=0, sources={"vllm_version": 1, "gpu_blocks": 3}))
     lines = render_text(d, _Doctor()).splitlines()
@@ -89,3 +89,15 @@ def test_facts_notes_and_also_noticed_are_printed() -> None:
     assert "  - enforce-eager-cuda-graphs-off — Slow decoding (L2)" in lines
     at = lines.index("What the log says about your setup:")
     assert lines[at + 1:at + 3] == ["  vLLM: 0.5.3", "  GPU blocks: 0"]
+
+
+def test_evidence_labels_come_from_its_kind_not_the_wording_of_why() -> None:
+    from bot.models import Evidence
+    from bot.present.render import why_label
+
+    worded = Evidence(3, "x", "fired: No available memory", "signature")  # `why` is for JSON; the kind decides
+    assert why_label(worded, "en") == "signature: No available memory"
+    assert why_label(worded, "zh").startswith("特征匹配")
+    vocabulary = Evidence(3, "x", "signature: looks like one", "shared_terms")
+    assert why_label(vocabulary, "en") is None and why_label(vocabulary, "en", verbose=True) == vocabulary.why
+    assert why_label(Evidence(2, "x", "anything", "earlier_root"), "zh") == "更早的根本报错：请诊断这一行"

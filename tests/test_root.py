@@ -144,7 +144,7 @@ def test_two_unrelated_failures_answer_the_first_and_name_the_second() -> None:
 
 def test_a_match_takes_its_line_and_component_from_the_case() -> None:
     m = Match("port-in-use", "Port in use", "端口被占用", "serving", 0.95, True,
-              evidence=(Evidence(3, "OSError: [Errno 98] Address already in use", "signature: Address already in use"),))
+              evidence=(Evidence(3, "OSError: [Errno 98] Address already in use", "signature: Address already in use", "signature"),))
     reading = _read("INFO start\nWARNING x\nOSError: [Errno 98] Address already in use\n", "match", (m,))
     assert reading.kind == "case" and reading.root is not None
     assert (reading.root.line, reading.root.component) == (3, "serving-api")

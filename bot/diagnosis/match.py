@@ -675,7 +675,7 @@ class Matcher:
         evidence = self._evidence(case.id, sig_hits.get(case.id, []), distilled)
         if "frames" in e.parts:  # ranked on the frames of a cut traceback: show them first
             shown = tuple(
-                Evidence(frame.line_no, frame.text, "frame: " + ", ".join(names))
+                Evidence(frame.line_no, frame.text, "frame: " + ", ".join(names), "frame")
                 for frame, names in self.frames.evidence(cut_frames(distilled), case.id)[:2]
             )
             evidence = shown + tuple(ev for ev in evidence if ev.line_no not in {s.line_no for s in shown})
@@ -685,7 +685,7 @@ class Matcher:
         if case.role == "symptom":
             earlier = _earlier_root(distilled, sig_hits.get(case.id, []))
             if earlier is not None:
-                evidence = (Evidence(earlier.line_no, earlier.text, "earlier root error: diagnose this line"),) + evidence
+                evidence = (Evidence(earlier.line_no, earlier.text, "earlier root error: diagnose this line", "earlier_root"),) + evidence
                 notes.append(Note("consequence", line=earlier.line_no))
             else:
                 notes.append(Note("consequence_unseen"))
@@ -712,10 +712,10 @@ class Matcher:
             lines = sorted({sources[n] for n in names if n in sources})
             first = lines[0] if lines else 0
             position = next((i for i, r in enumerate(case.rules or ()) if r is rule), None)
-            out.append(Evidence(first, arithmetic, f"fact rule: {rule.says}", rule=position))
+            out.append(Evidence(first, arithmetic, f"fact rule: {rule.says}", "fact_rule", rule=position))
             for line_no in lines[:2]:
                 used = ", ".join(n for n in names if sources.get(n) == line_no)
-                out.append(Evidence(line_no, quotes.get(line_no, ""), f"fact: {used}"))
+                out.append(Evidence(line_no, quotes.get(line_no, ""), f"fact: {used}", "fact"))
         return tuple(out)
 
     def _prior(self, case_id: str) -> float:
@@ -725,7 +725,7 @@ class Matcher:
 
     def _evidence(self, case_id: str, hits: list[SignatureHit], distilled: Distilled) -> tuple[Evidence, ...]:
         if hits:
-            return tuple(Evidence(h.line.line_no, h.line.text, f"signature: {h.pattern}") for h in hits[:3])
+            return tuple(Evidence(h.line.line_no, h.line.text, f"signature: {h.pattern}", "signature") for h in hits[:3])
         words = self._case_words[case_id]
         ranked = []
         for line in distilled.root_errors or distilled.evidence:
@@ -734,5 +734,5 @@ class Matcher:
                 ranked.append((len(overlap), line, sorted(overlap)[:6]))
         ranked.sort(key=lambda t: -t[0])
         return tuple(
-            Evidence(line.line_no, line.text, "shared terms: " + ", ".join(terms)) for _, line, terms in ranked[:3]
+            Evidence(line.line_no, line.text, "shared terms: " + ", ".join(terms), "shared_terms") for _, line, terms in ranked[:3]
         )

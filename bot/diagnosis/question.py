@@ -171,7 +171,7 @@ class QuestionMatcher:
             area=case.area,
             score=round(min(score, 1.0), 3),
             signature_hit=False,
-            evidence=(Evidence(1, text.strip()[:300], self._why(case_id, text, expanded, lang)),),
+            evidence=(Evidence(1, text.strip()[:300], self._why(case_id, text, expanded, lang), "question_terms"),),
             scores=parts,
         )
 

@@ -165,13 +165,13 @@ def _case_line(best: Match, distilled: Distilled, facts: LogFacts | None) -> Log
     """The line the matched case rests on: its earliest fingerprint on a message line, or its fact line."""
     by_line = {ln.line_no: ln for ln in (*distilled.cleaned, *distilled.root_errors)}
     hits = sorted(
-        (e for e in best.evidence if e.why.startswith("signature:") and e.line_no in by_line
+        (e for e in best.evidence if e.kind == "signature" and e.line_no in by_line
          and by_line[e.line_no].kind != "frame" and not _FRAME_TEXT.search(e.text)),
         key=lambda e: e.line_no,
     )
     if hits:
         return by_line[hits[0].line_no]
-    facts_ev = [e for e in best.evidence if e.why.startswith("fact:") and e.line_no > 0]
+    facts_ev = [e for e in best.evidence if e.kind == "fact" and e.line_no > 0]
     if facts_ev:
         quote = facts.quotes.get(facts_ev[0].line_no, facts_ev[0].text) if facts else facts_ev[0].text
         return LogLine(facts_ev[0].line_no, quote or facts_ev[0].text, "context")
@@ -206,7 +206,7 @@ def read_root(
     if component in _PLATFORM_GENERIC and facts is not None and facts.platform is not None:
         component = "platform"
     elif component == "other" and best is not None and any(e.line_no == line.line_no for e in best.evidence
-                                                         if e.why.startswith("signature:")):
+                                                         if e.kind == "signature"):
         component = case_component(best.case_id, best.area)  # the candidate's fingerprint is on this very line
     elif broad and raised is not None and raised.app and not _STACK_NAMES.search(line.text):
         component = "other"  # the application's own error: a common word in it (config, backend) does not blame us

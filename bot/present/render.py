@@ -18,14 +18,13 @@ from bot.diagnosis.root import cases_affecting, classify, established, read_root
 from bot.present.i18n import Language, case_cause, case_title, fact_label, note_text, step_text, t
 
 if TYPE_CHECKING:
-    from bot.models import Match, Root
+    from bot.models import Evidence, Match, Root
 
 _COLORS = {"match": "32", "uncertain": "33", "unknown": "31", "dim": "2", "bold": "1", "cyan": "36"}
 ROOT_SHOWN_CHARS = 300  # a longer root line is cut in text (the JSON keeps it whole)
 # Evidence labels of the matcher ("signature: …") in the answer's language; matching vocabulary only with -v.
-_WHY_KEYS = (("signature:", "why.signature"), ("fact rule:", "why.fact_rule"), ("fact:", "why.fact"),
-             ("frame:", "why.frame"))
-_VOCABULARY = ("shared terms:", "question terms:", "via glossary:", "问题中的词", "词表对应")
+_WHY_KEYS = {"signature": "why.signature", "fact_rule": "why.fact_rule", "fact": "why.fact", "frame": "why.frame"}
+_VOCABULARY = frozenset({"shared_terms", "question_terms"})  # how the matcher got there: shown only with -v
 
 
 def _c(text: str, code: str, color: bool) -> str:
@@ -67,27 +66,25 @@ _AREAS = frozenset(f"area.{a}" for a in ("cuda", "distributed", "hardware", "ins
                                          "performance", "serving"))
 
 
-def _rule_says(evidence: Any, case: Any, lang: Language) -> str:
-    """A proven fact rule worded from the case (Evidence.rule: its position in `rules`), in Chinese when the case
-    has it; other evidence keeps its `why`."""
+def _detail(evidence: Evidence, case: Any, lang: Language) -> str:
+    """What the evidence line proves, after its label: a fact rule worded from the case (Evidence.rule: its position
+    in `rules`, in Chinese when the case has it), else the part of `why` after its English label."""
     rules = getattr(case, "rules", None) or ()
-    position = getattr(evidence, "rule", None)
-    if lang != "zh" or position is None or not 0 <= position < len(rules):
-        return str(evidence.why)
-    rule = rules[position]
-    return f"fact rule: {rule.says_zh}" if getattr(rule, "says_zh", "") else str(evidence.why)
+    position = evidence.rule
+    if evidence.kind == "fact_rule" and lang == "zh" and position is not None and 0 <= position < len(rules):
+        says_zh = getattr(rules[position], "says_zh", "")
+        if says_zh:
+            return str(says_zh)
+    return evidence.why.split(": ", 1)[1] if ": " in evidence.why else evidence.why
 
 
-def why_label(why: str, lang: Language, verbose: bool = False) -> str | None:
+def why_label(evidence: Evidence, lang: Language, verbose: bool = False, case: Any = None) -> str | None:
     """An evidence line's reason in the answer's language; None when it is matching vocabulary (shown with -v)."""
-    if why.startswith("earlier root error"):
+    if evidence.kind == "earlier_root":
         return t("why.earlier_root", lang)
-    if any(why.startswith(v) for v in _VOCABULARY) or why in ("similar wording", "表述相近"):
-        return why if verbose else None
-    for prefix, key in _WHY_KEYS:
-        if why.startswith(prefix):
-            return f"{t(key, lang)}: {why[len(prefix):].strip()}"
-    return why
+    if evidence.kind in _VOCABULARY:
+        return evidence.why if verbose else None
+    return f"{t(_WHY_KEYS[evidence.kind], lang)}: {_detail(evidence, case, lang)}"
 
 
 def _case(doctor: Any, case_id: str) -> Any:
@@ -216,7 +213,7 @@ def render_text(
         case = _case(doctor, m.case_id)
         for e in m.evidence:
             out.append(_c(f"     L{e.line_no}: ", "dim", color) + e.text.strip()[:200])
-            why = why_label(_rule_says(e, case, lang), lang, verbose)
+            why = why_label(e, lang, verbose, case)
             if why:
                 out.append(_c(f"           ({why})", "dim", color))
         for note in m.notes:

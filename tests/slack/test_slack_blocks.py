@@ -51,7 +51,7 @@ def make_case(**overrides: Any) -> Case:
 
 def make_match(case_id: str, title: str, score: float) -> Match:
     return Match(case_id=case_id, title=title, title_zh="标题", area="memory", score=score, signature_hit=score > 0.9,
-                 evidence=(Evidence(3, "ValueError: No available memory", "signature"),))
+                 evidence=(Evidence(3, "ValueError: No available memory", "signature", "signature"),))
 
 
 def make_diagnosis(verdict: str = "match", lines: list[str] | None = None, language: str = "en") -> Diagnosis:
