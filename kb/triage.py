@@ -90,6 +90,9 @@ class ComponentMap(_Strict):
                                      description="regexes of INFO/WARNING lines that state a cause")
     stack_names: list[str] = Field(default_factory=list,
                                    description="regexes of the serving stack's object and setting names")
+    raised_in: dict[str, ComponentName] = Field(default_factory=dict,
+                                                description="file prefix of the raising frame -> component, "
+                                                            "when no rule names one")
     libraries: list[str] = Field(default_factory=list,
                                  description="top-level packages of the serving stack: a frame in none of them "
                                              "is the application's code")

@@ -126,6 +126,46 @@ def test_an_error_the_application_raises_is_its_own_unless_it_names_the_stack() 
     assert specific is not None and specific.component == "python-packages"  # a specific rule is never overridden
 
 
+def test_a_failure_seen_only_from_outside_is_the_root_when_nothing_else_states_one() -> None:
+    access = 'INFO:     127.0.0.1:46686 - "GET /v1/chat/completions HTTP/1.1" 401 Unauthorized\n'
+    alone = _read("INFO 01-01 [api_server.py:1] Started server process\n" + access).root
+    assert alone is not None and (alone.line, alone.component) == (2, "serving-api")
+    beside = _read(access + "ValueError: Grammar error: Unknown format: uri\n").root
+    assert beside is not None and beside.line == 2  # an error line that states the cause comes first
+    waiting = _read("INFO - trl.extras.vllm_client - Server is not up yet. Retrying in 2.0 seconds...\n" * 3).root
+    assert waiting is not None and (waiting.line, waiting.component) == (1, "serving-api")
+    assert _read('INFO:     127.0.0.1:1 - "GET /health HTTP/1.1" 200 OK\n').root is None
+
+
+def test_installer_wrappers_give_way_to_the_line_that_states_why() -> None:
+    uv = _read("Using Python 3.12.9 environment at: .venv\n  × No solution found when resolving dependencies:\n"
+               "  ╰─▶ Because torch==2.11.0+cpu has no wheels with a matching platform tag, we can conclude that your "
+               "requirements are unsatisfiable.\n").root
+    assert uv is not None and uv.line == 3 and uv.component == "platform"
+    cut = _read("error: subprocess-exited-with-error\n  \n  × Getting requirements to build wheel did not run "
+                "successfully.\n  │ exit code: 1\n      Traceback (most recent call last):\n"
+                '        File "/x/site-packages/pip/_vendor/pyproject_hooks/_in_process/_in_process.py", line 353, in '
+                "<module>\n          main()\n")
+    assert cut.root is None and cut.missing == "truncated"  # pip's wrappers, then a traceback cut before its error
+
+
+def test_the_earliest_statement_of_a_cuda_error_is_the_root_whatever_its_case() -> None:
+    root = _read("INFO 02-21 [gpu_model_runner.py:1] Starting to load model\n"
+                 "CUDA Error: operation not supported at /workspace/csrc/cumem_allocator.cpp:62\n"
+                 "ERROR 02-21 [core.py:291] RuntimeError: CUDA Error: operation not supported at "
+                 "/workspace/csrc/cumem_allocator.cpp:62\n").root
+    assert root is not None and root.line == 2
+
+
+def test_when_no_rule_names_a_component_the_library_that_raised_it_does() -> None:
+    ray = _read(_raised_in("/usr/local/lib/python3.12/dist-packages/ray/_private/utils.py",
+                           "RuntimeError: Version mismatch: The cluster was started with:")).root
+    assert ray is not None and ray.component == "parallelism"
+    unknown = _read(_raised_in("/x/site-packages/vllm/engine/llm_engine.py",
+                               "RuntimeError: Version mismatch: The cluster was started with:")).root
+    assert unknown is not None and unknown.component == "other"
+
+
 def test_a_traceback_with_no_exception_line_says_it_was_cut() -> None:
     framed = _read('(EngineCore_DP0 pid=1)   File "/v/site-packages/vllm/v1/engine/core.py", line 109, in __init__\n'
                    "(EngineCore_DP0 pid=1)     num_gpu_blocks = self._initialize_kv_caches(\n"
@@ -172,6 +212,15 @@ def test_a_root_line_longer_than_10_kb_is_kept_whole() -> None:
     ("httpx.ConnectError: All connection attempts failed", "serving-api"),
     ("ValueError: Unknown RoPE scaling type extended", "model-files"),
     ("zzz happened", "other"),
+    ("RuntimeError: [enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: not enough memory: you tried to "
+     "allocate 1879048192 bytes.", "host-memory"),  # host RAM, although it says "not enough memory"
+    ("AssertionError: Expandable segments are not compatible with memory pool. Please track "
+     "https://github.com/pytorch/pytorch/issues/147851", "gpu-memory"),  # a quoted https:// URL is not the API's
+    ('INFO:     127.0.0.1:46686 - "GET /v1/chat/completions HTTP/1.1" 401 Unauthorized', "serving-api"),  # not the Hub's
+    ("ValueError: fp8_e5m2 kv-cache is not supported with fp8 checkpoints.", "engine-config"),
+    ("ValueError: Grammar error: Unknown format: uri", "serving-api"),
+    ("  ╰─▶ Because torch==2.11.0+cpu has no wheels with a matching platform tag (e.g. `macosx_14_0_x86_64`)",
+     "platform"),
 ])
 def test_component_rules(line: str, component: str) -> None:
     assert classify(line) == component

@@ -40,11 +40,16 @@ _EXCEPTION = re.compile(
     r"(?:^|[^\w.])(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Failure|Fault)\)?(?::\s*\S|\s*$|\(['\"])|"
     r"(?:失败|错误|报错|异常)\s*[:：]|^\s*Value error, |\bAssertion\b.*\bfailed\b|^\s*Assertion [`'(]|\bFATAL: |"
     r"\brequires [\w.-]+\s*[<>=!~]=?\s*[\w.*]+, but you have\b|"
-    r"CUDA error|CUBLAS_STATUS|cudaError|NCCL WARN|NCCL error|nccl\w*Error|\bXid\b|Bus error|Segmentation fault|"
+    r"CUDA [Ee]rror|CUBLAS_STATUS|cudaError|NCCL WARN|NCCL error|nccl\w*Error|\bXid\b|Bus error|Segmentation fault|"
+    r"╰─▶ |"  # uv's resolver states why under its "× No solution found" header
     r"Fatal Python error|\[Errno \d+\]|out of memory|Illegal instruction|undefined symbol|"
     r"cannot open shared object file|^error: "
 )
 _KILLED = re.compile(r"^\s*(?:\S+\s+)?Killed\s*$")
+# INFO lines that show a failure only from the outside: an access log's 4xx/5xx reply, a client still waiting for its
+# server. The root only when no other line states anything.
+_SERVED = re.compile(r'HTTP/[\d.]+"? [23]\d\d\b')  # an access log line of a request that was answered
+_OUTSIDE = re.compile(r'HTTP/[\d.]+"? [45]\d\d\b|\bServer is not up yet\b|\bnot (?:up|ready) yet\W+Retrying\b')
 _QUIET = ("info", "debug")
 # Dynamic parts left out of a search phrase: paths, URLs, addresses, hex, numbers, quoted values holding them.
 _SEARCH_DROP = (
@@ -80,6 +85,13 @@ def _compiled(
 
 _RULES, _WRAPPERS, _NOTICES = _compiled(default_component_map())
 _LIBRARIES = frozenset(default_component_map().libraries)
+_RAISED_IN = tuple(default_component_map().raised_in.items())
+
+
+def _raised_in(file: str) -> Component | None:
+    return next((component for prefix, component in _RAISED_IN if file.startswith(prefix)), None)
+
+
 _STACK_NAMES = re.compile("|".join(f"(?:{n})" for n in default_component_map().stack_names) or r"(?!)")
 # components a generic line gets that, off Linux + NVIDIA, are more likely the platform's doing
 _PLATFORM_GENERIC: frozenset[Component] = frozenset(
@@ -112,12 +124,12 @@ def triage(component: Component) -> Triage:
 def _tier(line: LogLine) -> tuple[int, RootKind] | None:
     """Rank of a line as a root candidate (lower is better), or None when it states nothing to fix."""
     text = line.text.strip()
-    if line.kind == "frame" or _FRAME_TEXT.search(line.text) or _SKIP.search(text):
+    if line.kind == "frame" or _FRAME_TEXT.search(line.text) or _SKIP.search(text) or _SERVED.search(text):
         return None
     if _NOTICES.search(text):
         return 1, "notice"
     if line.level in _QUIET:
-        return None
+        return (8, "error") if _OUTSIDE.search(text) else None
     if _KILLED.match(text):
         return 5, "wrapper"
     if _WRAPPERS.search(text):
@@ -197,7 +209,7 @@ def read_root(
         chosen = min(candidates, key=lambda c: (c[0], c[2].line_no))
     if fact_line is not None and (chosen is None or chosen[0] >= 3):
         chosen = (1, "fact", fact_line)
-    if chosen is None or (chosen[0] >= 4 and distilled.truncated):
+    if chosen is None or (chosen[0] >= 4 and (distilled.truncated or cut_frames(distilled))):
         return RootReading(None, missing=_missing(distilled, candidates))
     tier, kind, line = chosen
     line = _message_below(distilled, line)
@@ -208,6 +220,8 @@ def read_root(
     elif component == "other" and best is not None and any(e.line_no == line.line_no for e in best.evidence
                                                          if e.kind == "signature"):
         component = case_component(best.case_id, best.area)  # the candidate's fingerprint is on this very line
+    elif component == "other" and raised is not None and _raised_in(raised.file) is not None:
+        component = _raised_in(raised.file) or component  # no rule names it: the library that raised it does
     elif broad and raised is not None and raised.app and not _STACK_NAMES.search(line.text):
         component = "other"  # the application's own error: a common word in it (config, backend) does not blame us
     return RootReading(Root(line.line_no, line.text.strip(), component, raised), kind,
