@@ -161,9 +161,24 @@ def test_when_no_rule_names_a_component_the_library_that_raised_it_does() -> Non
     ray = _read(_raised_in("/usr/local/lib/python3.12/dist-packages/ray/_private/utils.py",
                            "RuntimeError: Version mismatch: The cluster was started with:")).root
     assert ray is not None and ray.component == "parallelism"
+    config = _read(_raised_in("/usr/local/lib/python3.10/dist-packages/vllm/config.py",
+                              "ValueError: Unknown pool type: process")).root
+    assert config is not None and config.component == "engine-config"
     unknown = _read(_raised_in("/x/site-packages/vllm/engine/llm_engine.py",
                                "RuntimeError: Version mismatch: The cluster was started with:")).root
     assert unknown is not None and unknown.component == "other"
+
+
+def test_one_pasted_message_is_its_own_root_a_description_is_not() -> None:
+    from bot.diagnosis.root import pasted_line_root
+
+    def root(text: str):
+        return pasted_line_root(text, distill(text), read_facts(text))
+
+    message = root("`prompt_logprobs` must be a positive value.")
+    assert message is not None and (message.line, message.component) == (1, "serving-api")
+    assert root("vllm serve crashes on startup") is None
+    assert root("why must prompt_logprobs be positive?") is None  # a question
 
 
 def test_a_traceback_with_no_exception_line_says_it_was_cut() -> None:
@@ -219,6 +234,10 @@ def test_a_root_line_longer_than_10_kb_is_kept_whole() -> None:
     ('INFO:     127.0.0.1:46686 - "GET /v1/chat/completions HTTP/1.1" 401 Unauthorized', "serving-api"),  # not the Hub's
     ("ValueError: fp8_e5m2 kv-cache is not supported with fp8 checkpoints.", "engine-config"),
     ("ValueError: Grammar error: Unknown format: uri", "serving-api"),
+    ("RuntimeError: Tried to erase Node size_1 but it still had 2 users in the graph", "cuda-driver-stack"),
+    ("vllm: error: unrecognized arguments: --temperature 0.8", "engine-config"),  # the CLI's, whatever flag
+    ("`prompt_logprobs` must be a positive value.", "serving-api"),
+    ("Value error, VLLM_USE_V2_MODEL_RUNNER does not yet support: hybrid/mamba models", "engine-config"),
     ("  ╰─▶ Because torch==2.11.0+cpu has no wheels with a matching platform tag (e.g. `macosx_14_0_x86_64`)",
      "platform"),
 ])

@@ -335,7 +335,18 @@ def pasted_line_root(text: str, distilled: Distilled, facts: LogFacts | None) ->
     if _ASKED.search(text):
         return None
     reading = read_root(distilled, facts, "unknown", ())
-    return reading.root if reading.kind in ("exception", "notice", "error", "fact") else None
+    if reading.kind in ("exception", "notice", "error", "fact"):
+        return reading.root
+    lines = [ln for ln in distilled.cleaned if ln.text.strip()]
+    if len(lines) == 1 and _MESSAGE.search(lines[0].text):  # one pasted message in words the rules do not know
+        line = lines[0]
+        return Root(line.line_no, line.text.strip(), classify(line.text), None)
+    return None
+
+
+# A pasted line that reads as an error message (not a description of a problem: "vllm serve crashes on startup")
+_MESSAGE = re.compile(r"(?i)\b(?:must (?:be|not)|invalid|not (?:supported|found|allowed)|unsupported|cannot|can't|"
+                      r"unable to|failed|unknown|expected .+ got|requires?)\b")
 
 
 def established(verdict: Verdict, matches: Sequence[Match], root: Root | None) -> bool:
