@@ -181,6 +181,36 @@ def test_one_pasted_message_is_its_own_root_a_description_is_not() -> None:
     assert root("why must prompt_logprobs be positive?") is None  # a question
 
 
+def test_the_first_statement_of_an_error_is_the_root() -> None:
+    logged = _read("ERROR 01-09 08:15:07 engine.py:366] Unknown RoPE scaling type ntk\n"
+                   "ERROR 01-09 08:15:07 engine.py:366] Traceback (most recent call last):\n"
+                   'ERROR 01-09 08:15:07 engine.py:366]   File "/x/site-packages/vllm/rope.py", line 9, in get_rope\n'
+                   "ERROR 01-09 08:15:07 engine.py:366]     raise ValueError(f\"Unknown RoPE scaling type {t}\")\n"
+                   "ERROR 01-09 08:15:07 engine.py:366] ValueError: Unknown RoPE scaling type ntk\n").root
+    assert logged is not None and logged.line == 1  # logged before the traceback that repeats it
+    other = _read("ERROR 01-09 engine.py:366] Something else went wrong first\n"
+                  "ValueError: Unknown RoPE scaling type ntk\n").root
+    assert other is not None and other.line == 2  # a different message is not the same statement
+
+
+def test_an_exception_inside_an_indented_traceback_is_a_candidate() -> None:
+    root = _read("  Traceback (most recent call last):\n"
+                 '    File "/huggingfaceserver/vllm/vllm_model.py", line 141, in start_engine\n'
+                 "      OpenAIServingChat(\n"
+                 "  TypeError: OpenAIServingChat.__init__() got an unexpected keyword argument 'enable_reasoning'\n"
+                 "  During handling of the above exception, another exception occurred:\n"
+                 "2025-05-30 06:29:14.120 1 kserve ERROR [__main__.py:<module>():322] Failed to start model server\n"
+                 ).root
+    assert root is not None and root.line == 4
+
+
+def test_pydantic_v1_states_its_error_under_the_header() -> None:
+    root = _read("pydantic.v1.error_wrappers.ValidationError: 1 validation error for H2OChatOpenAI\n__root__\n"
+                 "  Did not find openai_api_key, please add an environment variable `OPENAI_API_KEY` which contains "
+                 "it, or pass  `openai_api_key` as a named parameter. (type=value_error)\n").root
+    assert root is not None and root.line == 3
+
+
 def test_a_traceback_with_no_exception_line_says_it_was_cut() -> None:
     framed = _read('(EngineCore_DP0 pid=1)   File "/v/site-packages/vllm/v1/engine/core.py", line 109, in __init__\n'
                    "(EngineCore_DP0 pid=1)     num_gpu_blocks = self._initialize_kv_caches(\n"

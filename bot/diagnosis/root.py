@@ -48,6 +48,10 @@ _EXCEPTION = re.compile(
 _KILLED = re.compile(r"^\s*(?:\S+\s+)?Killed\s*$")
 # INFO lines that show a failure only from the outside: an access log's 4xx/5xx reply, a client still waiting for its
 # server. The root only when no other line states anything.
+# an exception line inside an indented traceback (the distiller reads the whole indented block as frames)
+_INDENTED_EXCEPTION = re.compile(r"^(?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception): \S")
+# pydantic v1's message line under its "N validation error for X" header: "  Did not find … (type=value_error)"
+_PYDANTIC_MESSAGE = re.compile(r"\(type=[\w.]+(?:; [^()]*)?\)\s*$")
 _SERVED = re.compile(r'HTTP/[\d.]+"? [23]\d\d\b')  # an access log line of a request that was answered
 _OUTSIDE = re.compile(r'HTTP/[\d.]+"? [45]\d\d\b|\bServer is not up yet\b|\bnot (?:up|ready) yet\W+Retrying\b')
 _QUIET = ("info", "debug")
@@ -124,8 +128,11 @@ def triage(component: Component) -> Triage:
 def _tier(line: LogLine) -> tuple[int, RootKind] | None:
     """Rank of a line as a root candidate (lower is better), or None when it states nothing to fix."""
     text = line.text.strip()
-    if line.kind == "frame" or _FRAME_TEXT.search(line.text) or _SKIP.search(text) or _SERVED.search(text):
+    if (line.kind == "frame" and not _INDENTED_EXCEPTION.match(text)) or _FRAME_TEXT.search(line.text) \
+            or _SKIP.search(text) or _SERVED.search(text):
         return None
+    if _PYDANTIC_MESSAGE.search(text):
+        return 2, "exception"
     if _NOTICES.search(text):
         return 1, "notice"
     if line.level in _QUIET:
@@ -212,6 +219,7 @@ def read_root(
     if chosen is None or (chosen[0] >= 4 and (distilled.truncated or cut_frames(distilled))):
         return RootReading(None, missing=_missing(distilled, candidates))
     tier, kind, line = chosen
+    line = _first_statement(candidates, line) if tier == 2 else line
     line = _message_below(distilled, line)
     component, broad = _rule_for(line.text)
     raised = raised_at(distilled, line)
@@ -271,6 +279,22 @@ def frame_file(path: str) -> tuple[str, bool]:
         return (parts[-1] if parts else path), True
     package = parts[start].removesuffix(".py")
     return "/".join(parts[start:]), package not in _LIBRARIES
+
+
+STATEMENT_MIN_CHARS = 15
+
+
+def _first_statement(candidates: list[tuple[int, RootKind, LogLine]], line: LogLine) -> LogLine:
+    """An earlier error line that states the same message the exception repeats ("ERROR … Unknown RoPE scaling type
+    ntk" logged above the traceback that ends in "ValueError: Unknown RoPE scaling type ntk"): the first statement."""
+    text = line.text.strip()
+    for tier, _, earlier in candidates:
+        said = earlier.text.strip()
+        if earlier.line_no >= line.line_no:
+            break
+        if tier <= 3 and len(said) >= STATEMENT_MIN_CHARS and said != text and text.endswith(said):
+            return earlier
+    return line
 
 
 def _block_head(candidates: list[tuple[int, RootKind, LogLine]], line: LogLine) -> LogLine:
