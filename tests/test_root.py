@@ -265,6 +265,10 @@ def test_a_root_line_longer_than_10_kb_is_kept_whole() -> None:
     ("ValueError: fp8_e5m2 kv-cache is not supported with fp8 checkpoints.", "engine-config"),
     ("ValueError: Grammar error: Unknown format: uri", "serving-api"),
     ("RuntimeError: Tried to erase Node size_1 but it still had 2 users in the graph", "cuda-driver-stack"),
+    ("RuntimeError: CUDA error: invalid device ordinal", "cuda-driver-stack"),  # the labelling rules' call
+    ("RuntimeError: No HIP GPUs are available", "platform"),
+    ("OSError: [Errno 24] Too many open files", "platform"),
+    ("RuntimeError: pidfd_getfd: Operation not permitted", "platform"),
     ("vllm: error: unrecognized arguments: --temperature 0.8", "engine-config"),  # the CLI's, whatever flag
     ("`prompt_logprobs` must be a positive value.", "serving-api"),
     ("Value error, VLLM_USE_V2_MODEL_RUNNER does not yet support: hybrid/mamba models", "engine-config"),
