@@ -164,6 +164,9 @@ def test_when_no_rule_names_a_component_the_library_that_raised_it_does() -> Non
     config = _read(_raised_in("/usr/local/lib/python3.10/dist-packages/vllm/config.py",
                               "ValueError: Unknown pool type: process")).root
     assert config is not None and config.component == "engine-config"
+    image = _read(_raised_in("/x/site-packages/transformers/models/qwen2_vl/image_processing_qwen2_vl.py",
+                             "ValueError: absolute aspect ratio must be smaller than 200, got 266.6")).root
+    assert image is not None and image.component == "serving-api"  # the request's image, by the processor's glob
     unknown = _read(_raised_in("/x/site-packages/vllm/engine/llm_engine.py",
                                "RuntimeError: Version mismatch: The cluster was started with:")).root
     assert unknown is not None and unknown.component == "other"
@@ -267,6 +270,10 @@ def test_a_root_line_longer_than_10_kb_is_kept_whole() -> None:
     ("RuntimeError: Tried to erase Node size_1 but it still had 2 users in the graph", "cuda-driver-stack"),
     ("RuntimeError: CUDA error: invalid device ordinal", "cuda-driver-stack"),  # the labelling rules' call
     ("RuntimeError: No HIP GPUs are available", "platform"),
+    ('RuntimeError: NVML_SUCCESS == r INTERNAL ASSERT FAILED at "/pytorch/c10/cuda/CUDACachingAllocator.cpp":1016',
+     "cuda-driver-stack"),
+    ("RuntimeError: Unexpected error from cudaGetDeviceCount()", "cuda-driver-stack"),
+    ('{"msg":"exec container process `/opt/venv/bin/vllm`: Exec format error","level":"error"}', "platform"),
     ("OSError: [Errno 24] Too many open files", "platform"),
     ("RuntimeError: pidfd_getfd: Operation not permitted", "platform"),
     ("vllm: error: unrecognized arguments: --temperature 0.8", "engine-config"),  # the CLI's, whatever flag
@@ -316,6 +323,10 @@ def test_off_linux_nvidia_a_generic_error_is_the_platforms() -> None:
     assert reading.root is not None and reading.root.component == "platform"
     reading = _read("RuntimeError: call aclnnGather failed, detail: index out of range\n")
     assert reading.root is not None and reading.root.component == "other"
+    kunlun = _read("INFO vllm_kunlun/platform.py:12] Using Kunlun XPU P800\n"
+                   "ValueError: Check 0 == ret failed, left operand=0, speculative_attention failed\n")
+    assert kunlun.root is not None and kunlun.root.component == "platform"
+    assert read_facts("torch_musa 2.1 loaded\n").platform == "Moore Threads MUSA"
 
 
 @pytest.mark.parametrize(("text", "rooted"), [

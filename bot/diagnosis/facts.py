@@ -320,6 +320,8 @@ _PLATFORMS: tuple[tuple[str, str, str], ...] = (
     ("ppc64le", r"\bppc64le\b", "ppc64le"), ("s390x", r"\bs390x\b", "s390x"), ("xpu", r"\bXPU\b", "Intel XPU"),
     ("gaudi", r"\bGaudi\b", "Gaudi (HPU)"), ("hpu", r"\bHPU\b", "Gaudi (HPU)"), ("habana", r"habana", "Gaudi (HPU)"),
     ("platform tpu", r"platform tpu", "TPU"), ("libtpu", r"\blibtpu", "TPU"),
+    ("kunlun", r"\b[Kk]unlun", "Kunlun XPU"), ("cambricon", r"\bCambricon\b", "Cambricon MLU"),
+    ("torch_mlu", r"\btorch_mlu\b", "Cambricon MLU"), ("musa", r"\bMUSA\b|\btorch_musa\b", "Moore Threads MUSA"),
     ("neuron", r"\bNeuron\b", "AWS Neuron"), ("macos", r"\bmacOS\b", "macOS"), ("darwin", r"\bdarwin\b", "macOS"),
 )
 def _named_platform(name: str) -> _Handler:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from fnmatch import fnmatchcase
 from typing import Any, Literal
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
@@ -93,7 +94,7 @@ _RAISED_IN = tuple(default_component_map().raised_in.items())
 
 
 def _raised_in(file: str) -> Component | None:
-    return next((component for prefix, component in _RAISED_IN if file.startswith(prefix)), None)
+    return next((component for glob, component in _RAISED_IN if fnmatchcase(file, glob)), None)
 
 
 _STACK_NAMES = re.compile("|".join(f"(?:{n})" for n in default_component_map().stack_names) or r"(?!)")
