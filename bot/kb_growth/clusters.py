@@ -215,6 +215,20 @@ class ClusterDraft:
                 "roots": [u.root for u in self.members[:5]]}
 
 
+def contains_message(root: str, shape: str) -> bool:
+    """`root` states the whole message of `shape` (its exception class aside), e.g. a client's wrapper around
+    the server's error: "openai.InternalServerError: … status Failure: ValueError('BitAndBytes with enforce_eager =
+    False is not supported yet.')" holds "ValueError: BitAndBytes with enforce_eager = False is not supported
+    yet." Only a message with MIN_DRAFT_LITERAL of literal text of its own counts."""
+    body = _CLASS_PREFIX.sub("", shape, count=1)
+    if literal_chars(body) < MIN_DRAFT_LITERAL:
+        return False
+    try:
+        return re.search(body, root) is not None
+    except re.error:
+        return False
+
+
 def _words(shape: str) -> set[str]:
     return set(_WORD.findall(shape))
 
@@ -249,6 +263,10 @@ class Clusters:
 
     def add(self, unknown: Unknown) -> Cluster:
         cluster = self._by_shape.get(unknown.shape)
+        if cluster is None:  # one root line holds the other's whole message, under a wrapper of its own
+            cluster = next((other for other in self.clusters if other.members and (
+                any(contains_message(unknown.root, s) for s in other.shapes)
+                or any(contains_message(m.root, unknown.shape) for m in other.members))), None)
         if cluster is None and self.embed is not None:
             vec = self._vector(unknown.root)
             best, best_sim = None, self.similarity

@@ -17,6 +17,7 @@ from bot.kb_growth.clusters import (
     Unknown,
     cluster_root,
     code_line,
+    contains_message,
     draft_of,
     literal_chars,
     shape_of,
@@ -123,3 +124,28 @@ def test_worker_frame_lines_of_two_crashes_draft_nothing(doctor: Any) -> None:
                          WORKER.format(r=rank, p=pid) + err + f" {n}"])
         roots.append(cluster_root(distill(log), scanner, frame))
     assert all(r is not None and "forward_call" not in r for r in roots)
+
+
+def test_a_root_line_holding_another_whole_message_under_a_wrapper_joins_its_cluster() -> None:
+    """A client's wrapper around the server's error (embeddings far apart: the wrapper's words) joins the
+    cluster of the bare error; the draft is the shared message and fires on both."""
+    roots = ["ValueError: BitAndBytes with enforce_eager = False is not supported yet.",
+             "openai.InternalServerError: modal-http: internal server error: status Failure: "
+             "ValueError('BitAndBytes with enforce_eager = False is not supported yet.')"]
+    clusters = Clusters(None)  # no embeddings: containment alone joins them
+    cluster = None
+    for n, root in enumerate(roots):
+        shape = shape_of(root)
+        assert shape is not None
+        cluster = clusters.add(Unknown(n, root, shape, f"thread-{n}", tuple(cleaned_lines(root)), None))
+    assert len(clusters.clusters) == 1 and cluster is not None
+    draft = draft_of(cluster, min_pastes=2, healthy=healthy_logs(None), examples=[])
+    assert draft is not None and "BitAndBytes with enforce_eager = False is not supported yet" in draft.signature
+
+
+def test_a_short_message_inside_another_line_joins_nothing() -> None:
+    """Containment counts only for a message with MIN_DRAFT_LITERAL literal characters of its own."""
+    assert not contains_message("RuntimeError: NIXL is not available (see the log above)", r"NIXL is not available")
+    assert not contains_message("ValueError: x failed: CUDA error: an unknown error encountered", r"CUDA error: .*")
+    assert contains_message("status Failure: ValueError('BitAndBytes with enforce_eager = False is not supported yet')",
+                            r"ValueError: BitAndBytes with enforce_eager = False is not supported yet")
