@@ -50,10 +50,14 @@ _REGEX_PART = re.compile(r"\.\*\?|\\S\+|\\d\+|\[\^?[^\]]*\]\*?\+?|\([^)]*\)[*+?]
 _WORD = re.compile(r"[A-Za-z][A-Za-z_]{2,}")
 # Lines that only say another line failed: the wrappers of kb/triage/components.yaml (bot/diagnosis/root.py) plus
 # headers whose detail is on the next error line (pydantic's "1 validation error for VllmConfig", vLLM's
-# "AsyncLLM output_handler failed.", "EngineCore hit an exception"). A cluster on them would join unrelated failures.
+# "AsyncLLM output_handler failed.", "EngineCore hit an exception") and the lines saying the engine died of an
+# earlier error, in any wording ("MQLLMEngine is already dead", "RuntimeError('Engine loop has died')"). A cluster
+# on them would join unrelated failures.
 _HEADER = re.compile(
     r"\d+ validation errors? for \w+\s*$|output_handler failed|EngineCore hit an exception|"
-    r"Exception in ASGI application|Error in chat completion stream generator"
+    r"Exception in ASGI application|Error in chat completion stream generator|"
+    r"\b(?:MQLLMEngine|[Ee]ngine(?: core)?|[Ee]ngine loop|Background loop) (?:is|has) (?:already )?(?:dead|died)\b|"
+    r"\bEngine(?:Core)?DeadError\b"
 )
 
 

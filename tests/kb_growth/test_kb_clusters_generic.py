@@ -149,3 +149,17 @@ def test_a_short_message_inside_another_line_joins_nothing() -> None:
     assert not contains_message("ValueError: x failed: CUDA error: an unknown error encountered", r"CUDA error: .*")
     assert contains_message("status Failure: ValueError('BitAndBytes with enforce_eager = False is not supported yet')",
                             r"ValueError: BitAndBytes with enforce_eager = False is not supported yet")
+
+
+@pytest.mark.parametrize("dead", [
+    "CRITICAL 11-20 19:56:18 [launcher.py:99] MQLLMEngine is already dead",
+    "ERROR 11-20 19:56:18 [client.py:282] RuntimeError('Engine loop has died')",
+    "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue.",
+])
+def test_a_line_saying_the_engine_died_is_never_the_cluster_root(doctor: Any, dead: str) -> None:
+    log = "\n".join([
+        "ERROR 11-20 19:56:17 [engine.py:160] RuntimeError: staging ring of plugin fastpath could not pin 512 pages",
+        dead,
+    ])
+    root = cluster_root(distill(log), SignatureScanner(doctor.kb.cases), dead)
+    assert root is not None and "staging ring of plugin fastpath" in root
