@@ -73,6 +73,7 @@ def _generic(text: str) -> bool:
 # return forward_call(*args, **kwargs)"). Two unrelated crashes share such a line whenever their stacks pass the
 # same function, so it never keys a cluster.
 _LOGGER_TAG = re.compile(r"^.*\[[\w.-]+\.py:\d+\]")
+_PYTEST_SOURCE = re.compile(r"^>\s+(?=\S)")  # pytest marks the failing source line with ">"
 _CODE_LINE = re.compile(
     r'File "[^"]+", line \d+|^\s*[\^~]+\s*$|'
     r"^\s*(?:return|raise|await|yield|assert|del)\b(?!\s*[:=])|"
@@ -88,7 +89,7 @@ def code_line(text: str) -> bool:
     tagged = _LOGGER_TAG.match(message)
     if tagged:
         message = message[tagged.end():]
-    return bool(_CODE_LINE.search(message))
+    return bool(_CODE_LINE.search(_PYTEST_SOURCE.sub("", message)))
 
 
 Embed = Callable[[list[str]], Any]  # texts -> (n, dim) array of unit rows (indexer.encoder.Encoder.encode)
