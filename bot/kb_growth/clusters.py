@@ -11,11 +11,16 @@ only when the two shapes differ slightly (most of the shorter one's words in the
 MiniLM embeddings of their masked root lines are close (cosine >= the similarity setting); the embedding
 function is handed in (the pipeline's encoder), so no heavy library is imported here.
 
+A traceback's frame and source lines (`File "…", line N`, "return f(*args, **kwargs)", also under a worker
+prefix) never key a cluster.
+
 A cluster becomes a draft when its pastes come from at least `min_pastes` different threads and one signature
 from the shared root line fires on every paste of the cluster, on no healthy start-up log and on no example of
-an existing KB case. Signatures that keep too little literal text beyond the exception class, errno and
-Python's own message templates (MIN_DRAFT_LITERAL: "IndexError: list index out of range", "TypeError: '…' object
-is not subscriptable" name no failure of their own) are never drafted.
+an existing KB case. Signatures that keep too little literal text beyond exception class names, errno, Python's
+own message templates, the messages a library prints around any failure of its kind ("cannot open shared object
+file", "CUDA error:", NCCL's "(run with NCCL_DEBUG=INFO for details)", PyTorch's out-of-memory text) and a
+path's directories (MIN_DRAFT_LITERAL: "IndexError: list index out of range", "TypeError: '…' object is not
+subscriptable", "CUDA error: … encountered" name no failure of their own) are never drafted.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from bot.diagnosis.match import SignatureScanner
 from bot.kb_growth.lint import signature_fires
 from bot.kb_growth.suggest import _escape, _probe_case, generalise, title_from_line
 from bot.models import Distilled, LogLine
-from indexer.text import mask
+from indexer.text import clean_line, mask, strip_prefixes
 
 MIN_PASTES = 2
 DEFAULT_SIMILARITY = 0.6  # the kb_draft_similarity setting's default (chosen on dev.jsonl only)
@@ -45,10 +50,14 @@ _REGEX_PART = re.compile(r"\.\*\?|\\S\+|\\d\+|\[\^?[^\]]*\]\*?\+?|\([^)]*\)[*+?]
 _WORD = re.compile(r"[A-Za-z][A-Za-z_]{2,}")
 # Lines that only say another line failed: the wrappers of kb/triage/components.yaml (bot/diagnosis/root.py) plus
 # headers whose detail is on the next error line (pydantic's "1 validation error for VllmConfig", vLLM's
-# "AsyncLLM output_handler failed.", "EngineCore hit an exception"). A cluster on them would join unrelated failures.
+# "AsyncLLM output_handler failed.", "EngineCore hit an exception") and the lines saying the engine died of an
+# earlier error, in any wording ("MQLLMEngine is already dead", "RuntimeError('Engine loop has died')"). A cluster
+# on them would join unrelated failures.
 _HEADER = re.compile(
     r"\d+ validation errors? for \w+\s*$|output_handler failed|EngineCore hit an exception|"
-    r"Exception in ASGI application|Error in chat completion stream generator"
+    r"Exception in ASGI application|Error in chat completion stream generator|"
+    r"\b(?:MQLLMEngine|[Ee]ngine(?: core)?|[Ee]ngine loop|Background loop) (?:is|has) (?:already )?(?:dead|died)\b|"
+    r"\bEngine(?:Core)?DeadError\b"
 )
 
 
@@ -57,6 +66,32 @@ def _generic(text: str) -> bool:
 
     return bool(_HEADER.search(text) or _WRAPPERS.search(text))
 
+
+# A traceback's frame and source lines state no failure: `File "…", line N, in f`, the caret marks under a line,
+# and the code shown below a frame ("return self._call_impl(*args, **kwargs)", "output = self.model(x)"), also
+# when a worker or logger prefix stands before it ("(VllmWorker rank=0 pid=1) ERROR … [multiproc_executor.py:527]
+# return forward_call(*args, **kwargs)"). Two unrelated crashes share such a line whenever their stacks pass the
+# same function, so it never keys a cluster.
+_LOGGER_TAG = re.compile(r"^.*\[[\w.-]+\.py:\d+\]")
+_PYTEST_SOURCE = re.compile(r"^>\s+(?=\S)")  # pytest marks the failing source line with ">"
+_CODE_LINE = re.compile(
+    r'File "[^"]+", line \d+|^\s*[\^~]+\s*$|'
+    r"^\s*(?:return|raise|await|yield|assert|del)\b(?!\s*[:=])|"
+    r"^\s*(?:(?:el)?if|for|while|with|async with|async for|(?:async )?def|class|except)\b[^:]*:\s*$|"
+    r"^\s*(?:else|try|finally):\s*$|^\s*from [\w.]+ import [\w., ()*]+$|^\s*import [\w.]+(?: as \w+)?(?:, [\w.]+)*$|"
+    r"^\s*(?:self\.)?[\w.]+(?:\[[^\]]*\])*(?:\s*,\s*[\w.]+)*\s*(?:[-+*/|&]?=)\s*(?:await\s+)?[\w.]+(?:\[[^\]]*\])*\(.*\)?\s*$"
+)
+
+
+def code_line(text: str) -> bool:
+    """True for a traceback frame or source line, with or without a log prefix before it."""
+    message = strip_prefixes(clean_line(text))
+    tagged = _LOGGER_TAG.match(message)
+    if tagged:
+        message = message[tagged.end():]
+    return bool(_CODE_LINE.search(_PYTEST_SOURCE.sub("", message)))
+
+
 Embed = Callable[[list[str]], Any]  # texts -> (n, dim) array of unit rows (indexer.encoder.Encoder.encode)
 
 
@@ -64,27 +99,65 @@ Embed = Callable[[list[str]], Any]  # texts -> (n, dim) array of unit rows (inde
 _PYTHON_TEMPLATE = re.compile(
     r"object has no attribute|object is not (?:subscriptable|callable|iterable)|got an unexpected keyword argument|"
     r"is not defined|No such file or directory|not enough values to unpack|list index out of range|"
-    r"missing \d*\\?d?\+? ?required positional arguments?"
+    r"missing \d*\\?d?\+? ?required positional arguments?|cannot import name"
 )
+# Read on the signature's plain text (regex parts and escaped characters dropped, as counted):
+# - an exception class anywhere in the line ("torch.distributed.DistBackendError", "RayTaskError(ActorDiedError)"),
+#   not only as its prefix: the class says which library raised, not which failure;
+# - the messages a library prints around any failure of its kind: the dynamic loader's "cannot open shared object
+#   file", CUDA's "CUDA error:", NCCL's "NCCL error in: … (run with NCCL_DEBUG=INFO for details), NCCL version",
+#   pip's "subprocess-exited-with-error", subprocess's "returned non-zero exit status", json's "line N column N
+#   (char N)", PyTorch's "CUDA out of memory. Tried to allocate …". Two failures of one family ("libcudnn.so.8:
+#   cannot open …" and "libcudart.so.12: cannot open …", "CUDA error: uncorrectable ECC error encountered" and
+#   "… an illegal memory access was encountered") share them, so a signature of only these joins different
+#   failures;
+# - a file path's directories ("/torch/csrc/distributed/c10d/" of "…/NCCLUtils.hpp"): where the code lives, not
+#   what failed.
+_CLASS_ANYWHERE = re.compile(r"\b[A-Za-z_]*[A-Z]\w*(?:Error|Exception)\b")
+_LIBRARY_TEMPLATE = re.compile(
+    r"cannot open shared object file|\bCUDA error\b:?|\bNCCL error(?: in)?:?|run with NCCL_DEBUG=\S*\s*for details|"
+    r"NCCL version|subprocess-exited-with-error|returned non-zero exit status|"
+    r"(?:Expecting value|Extra data)?:?\s*line\s*column\s*char",
+    re.I,
+)
+# PyTorch's out-of-memory message: the same words for weights, KV cache, activations and a leak
+_TORCH_OOM = re.compile(
+    r"(?:CUDA|HIP|XPU|NPU) out of memory\.?|Tried to allocate|GPU\s*has a total(?: capacity)?(?: of)?|"
+    r"total capacity(?: of)?|of which|is free|"
+    r"Including non-PyTorch memory,?|this process has|memory in use|Of the allocated memory|"
+    r"is allocated by PyTorch,?(?: and)?|is reserved by PyTorch but unallocated|reserved in total by PyTorch|"
+    r"If reserved (?:but unallocated )?memory is (?:large|>> allocated memory) try setting(?: max_split_size_mb)?|"
+    r"to avoid fragmentation|See documentation for Memory Management(?: and PYTORCH_CUDA_ALLOC_CONF)?|"
+    r"PYTORCH_CUDA_ALLOC_CONF|expandable_segments:True|already allocated|(?:\bhas\s*)?[KMG]iB\b",
+    re.I,
+)
+# a path's directories (its file name stays: "vllm/_C….so: undefined symbol" names the library that failed)
+_PATH_DIRS = re.compile(r"(?<![\w/])/(?:[\w.@+-]*/)+|\b[\w.@+-]+/(?:[\w.@+-]*/)+")
 
 
 def literal_chars(pattern: str) -> int:
-    """Characters of literal text a drafted signature keeps beyond the exception class, errno and Python's own
-    message templates."""
+    """Characters of literal text a drafted signature keeps beyond exception classes, errno, Python's own
+    message templates, the messages a library prints around any failure of its kind, and file paths."""
     body = _PYTHON_TEMPLATE.sub("", _CLASS_PREFIX.sub("", pattern))
-    return len(_REGEX_PART.sub("", body).strip())
+    plain = _REGEX_PART.sub("", body)  # regex parts and escaped characters dropped (`\.`, `\(`)
+    plain = _PATH_DIRS.sub("", _LIBRARY_TEMPLATE.sub("", _CLASS_ANYWHERE.sub("", plain)))
+    if "out of memory" in plain.lower():
+        plain = _TORCH_OOM.sub("", plain)
+    return len(plain.strip())
 
 
 def cluster_root(distilled: Distilled, scanner: SignatureScanner, root_text: str | None = None) -> str | None:
     """The paste's root line for clustering: bot/diagnosis/root.py's root line (`root_text`) unless a KB signature
     already explains it (a symptom's "engine is dead" is no new failure), else the first exception / error
     line that is not a traceback header, a frame or an explained line."""
-    if root_text and root_text.strip() and not _generic(root_text) \
+    if root_text and root_text.strip() and not _generic(root_text) and not code_line(root_text) \
             and not scanner.scan([LogLine(1, root_text.strip(), "root")]):
         if "Traceback (most recent call last)" not in root_text:
             return root_text.strip()
     for r in distilled.root_errors:
         if r.kind == "frame" or "Traceback (most recent call last)" in r.text or not r.text.strip():
+            continue
+        if code_line(r.text):
             continue
         if _generic(r.text):
             continue
@@ -147,6 +220,20 @@ class ClusterDraft:
                 "roots": [u.root for u in self.members[:5]]}
 
 
+def contains_message(root: str, shape: str) -> bool:
+    """`root` states the whole message of `shape` (its exception class aside), e.g. a client's wrapper around
+    the server's error: "openai.InternalServerError: … status Failure: ValueError('BitAndBytes with enforce_eager =
+    False is not supported yet.')" holds "ValueError: BitAndBytes with enforce_eager = False is not supported
+    yet." Only a message with MIN_DRAFT_LITERAL of literal text of its own counts."""
+    body = _CLASS_PREFIX.sub("", shape, count=1)
+    if literal_chars(body) < MIN_DRAFT_LITERAL:
+        return False
+    try:
+        return re.search(body, root) is not None
+    except re.error:
+        return False
+
+
 def _words(shape: str) -> set[str]:
     return set(_WORD.findall(shape))
 
@@ -181,6 +268,10 @@ class Clusters:
 
     def add(self, unknown: Unknown) -> Cluster:
         cluster = self._by_shape.get(unknown.shape)
+        if cluster is None:  # one root line holds the other's whole message, under a wrapper of its own
+            cluster = next((other for other in self.clusters if other.members and (
+                any(contains_message(unknown.root, s) for s in other.shapes)
+                or any(contains_message(m.root, unknown.shape) for m in other.members))), None)
         if cluster is None and self.embed is not None:
             vec = self._vector(unknown.root)
             best, best_sim = None, self.similarity
