@@ -39,8 +39,10 @@ def _pct(n: int, d: int) -> str:
     return f"{n}/{d} = {n / d:.3f}" if d else "0/0"
 
 
-def score_labels(pipeline, labels: list[dict], logs: dict[str, dict], errors: bool) -> dict:
+def score_labels(pipeline, labels: list[dict], logs: dict[str, dict], errors: bool,
+                 second: dict[str, dict] | None = None) -> dict:
     line_ok = line_n = none_ok = none_n = 0
+    either: Counter[str] = Counter()
     comp: Counter[str] = Counter()
     misses: list[str] = []
     for label in labels:
@@ -70,12 +72,19 @@ def score_labels(pipeline, labels: list[dict], logs: dict[str, dict], errors: bo
                 comp[f"{key}_ok"] += 1
             else:
                 misses.append(f"{label['id']}: component {got} vs {label['component']}")
+            if second is not None and label["id"] in second:  # right by either of two independent labellers
+                either[f"{key}_n"] += 1
+                either[f"{key}_ok"] += got in (label["component"], second[label["id"]]["component"])
     out = {
         "root_line": _pct(line_ok, line_n), "no_root_when_none_stated": _pct(none_ok, none_n),
         "component": _pct(comp["covered_ok"] + comp["uncovered_ok"], comp["covered_n"] + comp["uncovered_n"]),
         "component_covered": _pct(comp["covered_ok"], comp["covered_n"]),
         "component_uncovered": _pct(comp["uncovered_ok"], comp["uncovered_n"]),
     }
+    if second is not None:
+        out["component_either_labeller"] = _pct(either["covered_ok"] + either["uncovered_ok"],
+                                                either["covered_n"] + either["uncovered_n"])
+        out["component_either_labeller_uncovered"] = _pct(either["uncovered_ok"], either["uncovered_n"])
     if errors:
         out["misses"] = misses
     return out
@@ -114,6 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--labels", default=str(EVAL / "root_labels.jsonl"))
     parser.add_argument("--logs", nargs="*", default=[str(EVAL / "dev.jsonl"), str(EVAL / "blind.jsonl")],
                         help="eval sets holding the logs")
+    parser.add_argument("--second", nargs="*", help="a second labeller's files: also score the component as right "
+                        "when it matches either labeller (tests/eval/root_labels_second_*.jsonl)")
     parser.add_argument("--proxy", action="store_true", help="score the component proxy on the logs' expected cases")
     parser.add_argument("--limit", type=int, default=0, help="at most this many logs (0: all)")
     parser.add_argument("--errors", action="store_true", help="list every miss")
@@ -132,7 +143,9 @@ def main(argv: list[str] | None = None) -> int:
     report: dict = {}
     labels_path = Path(args.labels)
     if labels_path.exists():
-        report["labels"] = score_labels(pipeline, _read_jsonl(labels_path), {i["id"]: i for i in items}, args.errors)
+        second = {r["id"]: r for p in args.second for r in _read_jsonl(Path(p))} if args.second else None
+        report["labels"] = score_labels(pipeline, _read_jsonl(labels_path), {i["id"]: i for i in items}, args.errors,
+                                        second)
     else:
         report["labels"] = f"no labels at {labels_path}: root-line accuracy not measured"
     if args.proxy or not labels_path.exists():
