@@ -274,3 +274,26 @@ def test_shipped_match_params_are_as_good_as_tuning_on_all_logs(report, items) -
 
     tuned = tune(matching, tuning_set)
     assert score(MatchParams()) >= score(tuned) - 0.01, (tuned, score(tuned), score(MatchParams()))
+
+
+_LABEL_FILES = sorted(p.name for p in Path(__file__).parent.joinpath("eval").glob("root_labels*.jsonl"))
+
+
+@pytest.mark.parametrize("name", _LABEL_FILES)
+def test_root_label_files_name_real_lines_of_their_logs(name: str) -> None:
+    """Every root-line label (first or second labeller, every round) points at a line of a log it labels."""
+    from bot.models import COMPONENTS
+
+    logs = {it["id"]: it for p in Path(__file__).parent.joinpath("eval").glob("*.jsonl")
+            if not p.name.startswith("root_labels") for it in _read(p.name) if "log" in it}
+    rows = _read(name)
+    assert rows and len({r["id"] for r in rows}) == len(rows), f"{name}: empty or duplicate ids"
+    for r in rows:
+        assert set(r) == {"id", "root_line", "root_text", "component"}, (name, r["id"])
+        assert r["id"] in logs and r["component"] in COMPONENTS, (name, r["id"])
+        lines = str(logs[r["id"]]["log"]).split("\n")
+        if r["root_line"] is None:
+            assert r["root_text"] is None, (name, r["id"])
+        else:
+            assert 1 <= int(r["root_line"]) <= len(lines), (name, r["id"])
+            assert lines[int(r["root_line"]) - 1].strip() == r["root_text"], (name, r["id"])
