@@ -295,5 +295,6 @@ def test_root_label_files_name_real_lines_of_their_logs(name: str) -> None:
         if r["root_line"] is None:
             assert r["root_text"] is None, (name, r["id"])
         else:
-            assert 1 <= int(r["root_line"]) <= len(lines), (name, r["id"])
-            assert lines[int(r["root_line"]) - 1].strip() == r["root_text"], (name, r["id"])
+            line_no = r["root_line"]
+            assert isinstance(line_no, int) and 1 <= line_no <= len(lines), (name, r["id"])
+            assert lines[line_no - 1].strip() == r["root_text"], (name, r["id"])
