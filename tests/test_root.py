@@ -214,6 +214,15 @@ def test_pydantic_v1_states_its_error_under_the_header() -> None:
     assert root is not None and root.line == 3
 
 
+def test_a_paste_cut_right_after_the_raising_source_line_is_rooted_there() -> None:
+    cut = _read('ERROR 10-25 13:08:43 [core.py:708]   File "/x/site-packages/vllm/v1/core/kv_cache_utils.py", line 699, in check\n'
+                'ERROR 10-25 13:08:43 [core.py:708]     raise ValueError("No available memory for the cache blocks. "\n')
+    assert cut.root is not None and cut.kind == "source" and cut.root.line == 2
+    assert cut.root.component == "gpu-memory" and t("root.kind.source", "zh")
+    bare = _read('  File "/x/site-packages/vllm/engine.py", line 3, in run\n    raise\n')
+    assert bare.root is None  # a bare re-raise states nothing
+
+
 def test_a_traceback_with_no_exception_line_says_it_was_cut() -> None:
     framed = _read('(EngineCore_DP0 pid=1)   File "/v/site-packages/vllm/v1/engine/core.py", line 109, in __init__\n'
                    "(EngineCore_DP0 pid=1)     num_gpu_blocks = self._initialize_kv_caches(\n"

@@ -25,7 +25,7 @@ from bot.models import Component, Distilled, LogFacts, LogLine, Match, RaisedAt,
 from kb.triage import ComponentMap, Triage, default_component_map, default_triage
 
 # What kind of line the root is, and so why it was chosen (the answer says it).
-RootKind = Literal["case", "exception", "notice", "error", "wrapper", "fact"]
+RootKind = Literal["case", "exception", "notice", "error", "wrapper", "fact", "source"]
 # Why a paste has no root line.
 MissingReason = Literal["truncated", "warnings_only", "no_error", "wrappers_only"]
 
@@ -218,6 +218,12 @@ def read_root(
     if fact_line is not None and (chosen is None or chosen[0] >= 3):
         chosen = (1, "fact", fact_line)
     if chosen is None or (chosen[0] >= 4 and (distilled.truncated or cut_frames(distilled))):
+        raising = _raise_at_end(distilled)
+        if raising is not None:  # cut right after the source line that raises it: its message is in that line
+            component = case_component(best.case_id, best.area) if verdict == "match" and best is not None \
+                else classify(raising.text)
+            return RootReading(Root(raising.line_no, raising.text.strip(), component, raised_at(distilled, raising)),
+                               "source", others=())
         return RootReading(None, missing=_missing(distilled, candidates))
     tier, kind, line = chosen
     line = _first_statement(candidates, line) if tier == 2 else line
@@ -280,6 +286,19 @@ def frame_file(path: str) -> tuple[str, bool]:
         return (parts[-1] if parts else path), True
     package = parts[start].removesuffix(".py")
     return "/".join(parts[start:]), package not in _LIBRARIES
+
+
+# `raise ValueError("No available memory for the cache blocks. "`: the code line states its message in a literal
+_RAISE_LITERAL = re.compile(r"""^\s*raise\s+[\w.]*(?:Error|Exception)\w*\(\s*(?:f|r|rf|fr)?["'][^"']{12,}""")
+
+
+def _raise_at_end(distilled: Distilled) -> LogLine | None:
+    """The paste's last line, when it is the source line that raises an error with a literal message."""
+    lines = [ln for ln in (distilled.cleaned or distilled.evidence) if ln.text.strip()]
+    if not lines:
+        return None
+    last = max(lines, key=lambda ln: ln.line_no)
+    return last if _RAISE_LITERAL.search(last.text) else None
 
 
 STATEMENT_MIN_CHARS = 15

@@ -417,6 +417,8 @@ _TEXT: dict[str, dict[Language, str]] = {
     "root.kind.notice": {"en": "the start-up line that states the cause", "zh": "启动日志中说明原因的行"},
     "root.kind.fact": {"en": "the memory profile line that states the cause", "zh": "显存分析中说明原因的行"},
     "root.kind.error": {"en": "the earliest error line", "zh": "最早的报错行"},
+    "root.kind.source": {"en": "the source line that raises it: the paste ends before the error's own line",
+                         "zh": "抛出该错误的源代码行：粘贴内容在错误本身那一行之前就结束了"},
     "root.kind.wrapper": {"en": "only a wrapper line states the failure; the error it wraps is not in the paste",
                           "zh": "只有包装行说明了故障；它所包装的原始错误不在粘贴内容中"},
     "root.raised": {"en": "raised in: {file}:{line}, in {function} (L{log_line})",
