@@ -4,6 +4,7 @@ no confident wrong answer; measured values in README "Languages")."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 from pathlib import Path
@@ -49,13 +50,34 @@ def test_blind_question_set_shape() -> None:
     assert not any(re.search(r"[\u4e00-\u9fff]", q.text) for q in en)
 
 
+def _seed_fingerprint():  # tests/eval/seed_fingerprint.py: the guides' window hashes, committed beside the sets
+    spec = importlib.util.spec_from_file_location("seed_fingerprint", EVAL_DIR / "seed_fingerprint.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 @pytest.mark.parametrize("questions", [QUESTIONS, BLIND], ids=["questions", "blind"])
 def test_questions_are_not_copied_from_the_seed_guides(questions) -> None:
-    guides = "".join(p.read_text(encoding="utf-8") for p in sorted(SEEDS.glob("*.txt"))) if SEEDS.is_dir() else ""
-    if not guides:  # a provenance check on data, not a component the product needs: skipping hides no failure
-        pytest.skip("seed guides not present on this machine")
-    copied = [q.id for q in questions if q.language == "zh" and q.text.rstrip("？?") in guides]
-    assert copied == []
+    """Runs everywhere: against the committed fingerprint of the guides, and, where the guides themselves are on
+    the machine, against their text too (and the fingerprint must be theirs)."""
+    seed = _seed_fingerprint()
+    prints = seed.load()
+    assert len(prints) > 1000, "tests/eval/seed_fingerprint.txt is missing or empty"
+    texts = [(q.id, q.text.rstrip("？?")) for q in questions if q.language == "zh"]
+    assert [qid for qid, text in texts if seed.copied(text, prints)] == []
+    if SEEDS.is_dir() and any(SEEDS.glob("*.txt")):
+        assert seed.fingerprint(SEEDS) == prints, "the guides changed: rerun python tests/eval/seed_fingerprint.py"
+        guides = "".join(p.read_text(encoding="utf-8") for p in sorted(SEEDS.glob("*.txt")))
+        assert [qid for qid, text in texts if text in guides] == []
+
+
+def test_the_seed_fingerprint_finds_a_copied_passage() -> None:
+    seed = _seed_fingerprint()
+    prints = seed.windows("vLLM 启动时显存不足，KV cache 分配失败，需要调小 max-model-len")
+    assert seed.copied("显存不足，KV cache 分配失败", prints)
+    assert not seed.copied("显存不足，KV cache 怎么排查", prints)
 
 
 @pytest.fixture(scope="module")
