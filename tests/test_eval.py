@@ -7,6 +7,7 @@ visible but one new case does not break CI. The issue's targets are higher; the 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 from dataclasses import replace
@@ -298,3 +299,14 @@ def test_root_label_files_name_real_lines_of_their_logs(name: str) -> None:
             line_no = r["root_line"]
             assert isinstance(line_no, int) and 1 <= line_no <= len(lines), (name, r["id"])
             assert lines[line_no - 1].strip() == r["root_text"], (name, r["id"])
+
+
+@pytest.mark.parametrize("round_no", [13, 14, 15, 16])
+def test_blind_rounds_pass_their_collection_checks(round_no: int) -> None:
+    """tests/eval/check_blind.py: ids, labels, thread reuse, repository caps, written share, one root label per log."""
+    spec = importlib.util.spec_from_file_location("check_blind", Path(__file__).parent / "eval" / "check_blind.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    errors, counts = module.check(round_no)
+    assert errors == [] and 36 <= counts["logs"] <= 50, errors
