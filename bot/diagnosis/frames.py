@@ -19,7 +19,7 @@ from bot.models import Distilled, LogLine
 from kb.schema import Case
 
 # 'File "…/vllm/config.py", line 204, in _verify_quantization' (after a logger or rank prefix)
-_FRAME = re.compile(r'File "([^"]+)", line \d+, in (\S+)')
+_FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
 _NAME = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
 # Frames every traceback passes through: they say nothing about which failure it was.
 GENERIC = frozenset(
@@ -46,6 +46,8 @@ class Frame:
     code: str = ""
     line_no: int = 0  # of the frame line in the paste
     text: str = ""  # the frame line itself
+    path: str = ""  # the file as printed
+    file_line: int = 0  # the line in that file
 
     def terms(self) -> set[str]:
         out = {self.function} if self.function not in GENERIC else set()
@@ -74,7 +76,8 @@ def read_frames(lines: Sequence[LogLine]) -> list[Frame]:
     for line in lines:
         m = _FRAME.search(line.text)
         if m:
-            frames.append(Frame(m.group(2), _module(m.group(1)), line_no=line.line_no, text=line.text))
+            frames.append(Frame(m.group(3), _module(m.group(1)), line_no=line.line_no, text=line.text,
+                                path=m.group(1), file_line=int(m.group(2))))
         elif frames and previous is not None and _FRAME.search(previous.text) and line.line_no == previous.line_no + 1:
             frames[-1] = replace(frames[-1], code=line.text.strip())
         previous = line
@@ -100,7 +103,7 @@ def _example_terms(case: Case) -> set[str]:
         for text in example.log.splitlines():
             m = _FRAME.search(text)
             if m:
-                run.append(m.group(2))
+                run.append(m.group(3))
                 code_next = True
                 continue
             stripped = text.strip()

@@ -22,7 +22,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from bot.diagnosis.frames import cut_frames, read_frames
 from bot.diagnosis.versions import known_versions
 from bot.models import Component, Distilled, LogFacts, LogLine, Match, RaisedAt, Root, Verdict
-from kb.triage import ComponentMap, Triage, default_component_map, default_triage
+from kb.triage import Triage, default_component_map, default_triage
 
 # What kind of line the root is, and so why it was chosen (the answer says it).
 RootKind = Literal["case", "exception", "notice", "error", "wrapper", "fact", "source"]
@@ -79,25 +79,23 @@ class RootReading:
     others: tuple[LogLine, ...] = ()  # later error lines of another component (a second failure)
 
 
-def _compiled(
-    cmap: ComponentMap,
-) -> tuple[list[tuple[Component, re.Pattern[str], bool]], re.Pattern[str], re.Pattern[str]]:
-    rules = [(r.component, re.compile(r.pattern), r.broad) for r in cmap.rules]
-    wrappers = re.compile("|".join(f"(?:{w})" for w in cmap.wrappers) or r"(?!)")
-    notices = re.compile("|".join(f"(?:{n})" for n in cmap.cause_notices) or r"(?!)")
-    return rules, wrappers, notices
+def _alternation(patterns: Sequence[str]) -> re.Pattern[str]:
+    """One regex matching any of the patterns (none: matches nothing)."""
+    return re.compile("|".join(f"(?:{p})" for p in patterns) or r"(?!)")
 
 
-_RULES, _WRAPPERS, _NOTICES = _compiled(default_component_map())
-_LIBRARIES = frozenset(default_component_map().libraries)
-_RAISED_IN = tuple(default_component_map().raised_in.items())
+_CMAP = default_component_map()
+_RULES = [(r.component, re.compile(r.pattern), r.broad) for r in _CMAP.rules]
+_WRAPPERS, _NOTICES, _STACK_NAMES = (_alternation(_CMAP.wrappers), _alternation(_CMAP.cause_notices),
+                                     _alternation(_CMAP.stack_names))
+_LIBRARIES = frozenset(_CMAP.libraries)
+_RAISED_IN = tuple(_CMAP.raised_in.items())
 
 
 def _raised_in(file: str) -> Component | None:
     return next((component for glob, component in _RAISED_IN if fnmatchcase(file, glob)), None)
 
 
-_STACK_NAMES = re.compile("|".join(f"(?:{n})" for n in default_component_map().stack_names) or r"(?!)")
 # components a generic line gets that, off Linux + NVIDIA, are more likely the platform's doing
 _PLATFORM_GENERIC: frozenset[Component] = frozenset(
     {"other", "cuda-driver-stack", "python-packages", "engine-config", "gpu-hardware"})
@@ -244,7 +242,6 @@ def read_root(
 
 
 RAISE_GAP = 6  # lines a frame may sit above its exception line (code line, carets, `raise X(` and its arguments)
-_FRAME_PATH = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
 
 
 def raised_at(distilled: Distilled, root: LogLine) -> RaisedAt | None:
@@ -252,7 +249,7 @@ def raised_at(distilled: Distilled, root: LogLine) -> RaisedAt | None:
     None when no frame sits right above the root line (no traceback, or the exception printed on its own)."""
     lines = distilled.cleaned or distilled.evidence
     above = [ln for ln in lines if root.line_no - RAISE_GAP <= ln.line_no < root.line_no]
-    frames = [f for f in read_frames(above) if not f.text.count('File "<')]  # generated code (<string>) says nothing
+    frames = [f for f in read_frames(above) if not f.path.startswith("<")]  # generated code (<string>) says nothing
     if not frames:
         return None
     last = frames[-1]
@@ -260,11 +257,8 @@ def raised_at(distilled: Distilled, root: LogLine) -> RaisedAt | None:
     if any(_EXCEPTION.search(ln.text) and not _FRAME_TEXT.search(ln.text) and not ln.text.strip().startswith("raise")
            for ln in between):
         return None  # another exception line stands between: the frame belongs to that one
-    m = _FRAME_PATH.search(last.text)
-    if m is None:
-        return None
-    file, app = frame_file(m.group(1))
-    return RaisedAt(file, int(m.group(2)), m.group(3), last.line_no, app)
+    file, app = frame_file(last.path)
+    return RaisedAt(file, last.file_line, last.function, last.line_no, app)
 
 
 _PYTHON_LIB = re.compile(r"^python\d(?:\.\d+)?$")
